@@ -1,0 +1,1 @@
+"""The Chat Completions frontend (`/v1/chat/completions`)."""

@@ -1,0 +1,36 @@
+"""`POST /v1/chat/completions`, rendered from the same canonical stream as `/v1/responses`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..http import SSE_DONE, drain, event_stream, raise_for_error, read_body, rendered, sse_data, unless_disconnected
+from .render import ChatRenderer
+from .request import CreateChatCompletion, translate
+
+router = APIRouter()
+
+
+@router.post("/chat/completions")
+async def create_chat_completion(request: Request) -> Response:
+    body = await read_body(request, CreateChatCompletion)
+    generation = translate(body)
+    upstream, generation.model = await request.app.state.router.resolve(body.model)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    renderer = ChatRenderer(body.model, include_usage=include_usage)
+    events = upstream.generate(generation)
+    if body.stream:
+        return event_stream(_frames(rendered(renderer, events)))
+    await unless_disconnected(request, drain(renderer, events))
+    raise_for_error(renderer)
+    return JSONResponse(renderer.completion)
+
+
+async def _frames(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        yield sse_data(chunk)
+    yield SSE_DONE

@@ -1,0 +1,175 @@
+"""What every frontend route shares: JSON bodies, OpenAI errors, SSE framing, disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import aclosing, suppress
+from typing import Any, Protocol, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import APIError, error_body, error_type_for_status
+from ..events import Error, Event
+
+log = logging.getLogger(__name__)
+
+Model = TypeVar("Model", bound=BaseModel)
+T = TypeVar("T")
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+async def read_body(request: Request, model: type[Model]) -> Model:
+    """The JSON body validated as `model`; anything wrong is a 400 in OpenAI's envelope."""
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise APIError(
+            400,
+            "We could not parse the JSON body of your request. The body must be a JSON object.",
+            code="invalid_json",
+        ) from None
+    if not isinstance(data, dict):
+        raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+def validation_error(exc: ValidationError | RequestValidationError) -> APIError:
+    first = exc.errors()[0]
+    location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path")]
+    param = ".".join(location) or None
+    kind = first.get("type", "")
+    if kind == "missing":
+        return APIError(400, f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+    code = "invalid_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid_value"
+    return APIError(400, f"Invalid value for '{param}': {first.get('msg', 'invalid')}.", param=param, code=code)
+
+
+class Renderer(Protocol):
+    """Turns canonical events into a frontend's events; `finished` once it sent its last."""
+
+    finished: bool
+    error: Error | None
+
+    def start(self) -> list[dict[str, Any]]: ...
+
+    def feed(self, event: Event) -> list[dict[str, Any]]: ...
+
+
+async def rendered(renderer: Renderer, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, Any]]:
+    """Every frontend event of one generation, ending with the renderer's last one.
+
+    Streaming sends these; a non-streaming request folds them: one code path for both.
+    Leaving early closes the engine's stream, and so its HTTP request.
+    """
+    for event in renderer.start():
+        yield event
+    async with aclosing(events):
+        async for canonical in events:
+            for event in renderer.feed(canonical):
+                yield event
+            if renderer.finished:
+                return
+    for event in renderer.feed(Error("server_error", "the engine's stream ended without finishing", 502)):
+        yield event
+
+
+async def drain(renderer: Renderer, events: AsyncIterator[Event]) -> None:
+    """Run a generation to its end for a non-streaming answer (the renderer keeps the result)."""
+    async for _ in rendered(renderer, events):
+        pass
+
+
+def raise_for_error(renderer: Renderer) -> None:
+    """A non-streaming answer that failed becomes an HTTP error in OpenAI's envelope."""
+    error = renderer.error
+    if error is not None:
+        raise APIError(error.status, error.message, type=error_type_for_status(error.status), code=error.code)
+
+
+def sse_event(event: dict[str, Any]) -> bytes:
+    """One Responses event in one SSE frame: `event:` line equal to the JSON `type`."""
+    return f"event: {event['type']}\ndata: {dumps(event)}\n\n".encode()
+
+
+def sse_data(payload: dict[str, Any]) -> bytes:
+    """One Chat Completions chunk (no `event:` line, as OpenAI sends them)."""
+    return f"data: {dumps(payload)}\n\n".encode()
+
+
+def dumps(value: Any) -> str:
+    # ASCII-only JSON: U+2028/U+2029 and lone surrogates would break line-splitting clients.
+    return json.dumps(value, separators=(",", ":"))
+
+
+def event_stream(frames: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+class ClientDisconnected(Exception):
+    """The client went away while a non-streaming answer was being generated."""
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Run `work`, cancelling it (and so the upstream request) if the client disconnects."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task not in done:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        raise ClientDisconnected
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        error = validation_error(exc)
+        return JSONResponse(error.body(), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            message = f"Invalid URL ({request.method} {request.url.path})"
+        elif exc.status_code == 405:
+            message = f"Method {request.method} is not allowed on {request.url.path}"
+        else:
+            message = str(exc.detail)
+        body = error_body(message, type=error_type_for_status(exc.status_code))
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(request: Request, exc: ClientDisconnected) -> Response:
+        return Response(status_code=499)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        body = error_body("The server had an error while processing your request.", type="server_error")
+        return JSONResponse(body, status_code=500)

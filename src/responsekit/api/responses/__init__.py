@@ -1,0 +1,1 @@
+"""The Responses API frontend (`/v1/responses`)."""

@@ -1,0 +1,371 @@
+"""Canonical events -> the Responses API event sequence, and the Response object they fold into.
+
+One renderer serves both modes: a stream sends every event it returns; a non-streaming
+request keeps only the final Response. The event order is the one of OpenAI's API:
+item added -> part added -> deltas -> done events, ids stable throughout, one terminal
+event (`response.completed`, `.incomplete` or `.failed`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jiter
+
+from ...errors import error_type_for_status
+from ...events import (
+    Error,
+    Event,
+    Finish,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+from ...ids import new_id
+from .tools import CUSTOM_INPUT, ToolSet
+
+# The `response.error.code` values of the API; context_length_exceeded is sent by OpenAI
+# (Codex acts on it) although the SDK's enum does not list it.
+_RESPONSE_ERROR_CODES = {"server_error", "rate_limit_exceeded", "context_length_exceeded", "invalid_prompt"}
+
+
+@dataclass(slots=True)
+class _Message:
+    id: str
+    output_index: int
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    kind: str | None = None
+    """`output_text` or `refusal`: the part being streamed, if any."""
+    buffer: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Reasoning:
+    id: str
+    output_index: int
+    buffer: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Call:
+    item: dict[str, Any]
+    output_index: int
+    custom: bool
+    buffer: list[str] = field(default_factory=list)
+    streamed_input: str = ""
+    """For custom tools: the part of the `input` string already sent as deltas."""
+
+
+class ResponseRenderer:
+    def __init__(self, response: dict[str, Any], toolset: ToolSet) -> None:
+        self.response = response
+        self._toolset = toolset
+        self._sequence = 0
+        self._items: list[dict[str, Any] | None] = []
+        self._message: _Message | None = None
+        self._reasoning: _Reasoning | None = None
+        self._calls: dict[int, _Call] = {}
+        self._usage: Usage | None = None
+        self.finished = False
+        self.error: Error | None = None
+
+    # --- public -----------------------------------------------------------------------
+
+    def start(self) -> list[dict[str, Any]]:
+        return [
+            self._event("response.created", response=self._snapshot()),
+            self._event("response.in_progress", response=self._snapshot()),
+        ]
+
+    def feed(self, event: Event) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if isinstance(event, TextDelta):
+            self._content(out, "output_text", event.text)
+        elif isinstance(event, ReasoningDelta):
+            self._reasoning_delta(out, event.text)
+        elif isinstance(event, ToolCallDelta):
+            self._call_delta(out, event)
+        elif isinstance(event, ToolCallStart):
+            self._call_start(out, event)
+        elif isinstance(event, ToolCallEnd):
+            self._call_end(out, event.index, "completed")
+        elif isinstance(event, RefusalDelta):
+            self._content(out, "refusal", event.text)
+        elif isinstance(event, Usage):
+            self._usage = event
+        elif isinstance(event, Finish):
+            self._finish(out, event)
+        elif isinstance(event, Error):
+            self._fail(out, event)
+        return out
+
+    # --- messages and reasoning -------------------------------------------------------
+
+    def _content(self, out: list[dict[str, Any]], kind: str, delta: str) -> None:
+        message = self._message
+        if message is None:
+            self._close_reasoning(out, "completed")
+            message = self._message = _Message(new_id("msg"), self._reserve())
+            out.append(self._event(
+                "response.output_item.added",
+                output_index=message.output_index,
+                item={"id": message.id, "type": "message", "status": "in_progress", "role": "assistant", "content": []},
+            ))
+        if message.kind != kind:
+            self._close_part(out, message)
+            message.kind = kind
+            part = (
+                {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                if kind == "output_text"
+                else {"type": "refusal", "refusal": ""}
+            )
+            out.append(self._event(
+                "response.content_part.added",
+                item_id=message.id, output_index=message.output_index,
+                content_index=len(message.parts), part=part,
+            ))
+        message.buffer.append(delta)
+        if kind == "output_text":
+            out.append(self._event(
+                "response.output_text.delta",
+                item_id=message.id, output_index=message.output_index,
+                content_index=len(message.parts), delta=delta, logprobs=[],
+            ))
+        else:
+            out.append(self._event(
+                "response.refusal.delta",
+                item_id=message.id, output_index=message.output_index,
+                content_index=len(message.parts), delta=delta,
+            ))
+
+    def _close_part(self, out: list[dict[str, Any]], message: _Message) -> None:
+        if message.kind is None:
+            return
+        text = "".join(message.buffer)
+        where = {"item_id": message.id, "output_index": message.output_index, "content_index": len(message.parts)}
+        if message.kind == "output_text":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            out.append(self._event("response.output_text.done", **where, text=text, logprobs=[]))
+        else:
+            part = {"type": "refusal", "refusal": text}
+            out.append(self._event("response.refusal.done", **where, refusal=text))
+        out.append(self._event("response.content_part.done", **where, part=part))
+        message.parts.append(part)
+        message.kind = None
+        message.buffer = []
+
+    def _close_message(self, out: list[dict[str, Any]], status: str) -> None:
+        message = self._message
+        if message is None:
+            return
+        self._close_part(out, message)
+        item = {"id": message.id, "type": "message", "status": status, "role": "assistant", "content": message.parts}
+        self._done(out, message.output_index, item)
+        self._message = None
+
+    def _reasoning_delta(self, out: list[dict[str, Any]], delta: str) -> None:
+        reasoning = self._reasoning
+        if reasoning is None:
+            self._close_message(out, "completed")
+            reasoning = self._reasoning = _Reasoning(new_id("rs"), self._reserve())
+            out.append(self._event(
+                "response.output_item.added",
+                output_index=reasoning.output_index,
+                item={"id": reasoning.id, "type": "reasoning", "status": "in_progress", "summary": [], "content": []},
+            ))
+            out.append(self._event(
+                "response.content_part.added",
+                item_id=reasoning.id, output_index=reasoning.output_index, content_index=0,
+                part={"type": "reasoning_text", "text": ""},
+            ))
+        reasoning.buffer.append(delta)
+        out.append(self._event(
+            "response.reasoning_text.delta",
+            item_id=reasoning.id, output_index=reasoning.output_index, content_index=0, delta=delta,
+        ))
+
+    def _close_reasoning(self, out: list[dict[str, Any]], status: str) -> None:
+        reasoning = self._reasoning
+        if reasoning is None:
+            return
+        text = "".join(reasoning.buffer)
+        where = {"item_id": reasoning.id, "output_index": reasoning.output_index, "content_index": 0}
+        part = {"type": "reasoning_text", "text": text}
+        out.append(self._event("response.reasoning_text.done", **where, text=text))
+        out.append(self._event("response.content_part.done", **where, part=part))
+        item = {"id": reasoning.id, "type": "reasoning", "status": status, "summary": [], "content": [part]}
+        self._done(out, reasoning.output_index, item)
+        self._reasoning = None
+
+    # --- tool calls -------------------------------------------------------------------
+
+    def _call_start(self, out: list[dict[str, Any]], event: ToolCallStart) -> None:
+        self._close_reasoning(out, "completed")
+        self._close_message(out, "completed")
+        origin = self._toolset.origin(event.name)
+        custom = origin.kind == "custom"
+        item: dict[str, Any] = (
+            {"id": new_id("ctc"), "type": "custom_tool_call", "status": "in_progress",
+             "call_id": event.id, "name": origin.name, "input": ""}
+            if custom
+            else {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
+                  "call_id": event.id, "name": origin.name, "arguments": ""}
+        )  # fmt: skip
+        if origin.namespace:
+            item["namespace"] = origin.namespace
+        call = self._calls[event.index] = _Call(item, self._reserve(), custom)
+        out.append(self._event("response.output_item.added", output_index=call.output_index, item=dict(item)))
+
+    def _call_delta(self, out: list[dict[str, Any]], event: ToolCallDelta) -> None:
+        call = self._calls.get(event.index)
+        if call is None or not event.arguments:
+            return
+        call.buffer.append(event.arguments)
+        if not call.custom:
+            out.append(self._event(
+                "response.function_call_arguments.delta",
+                item_id=call.item["id"], output_index=call.output_index, delta=event.arguments,
+            ))
+            return
+        text = _custom_input("".join(call.buffer), partial=True)
+        if text is not None and len(text) > len(call.streamed_input) and text.startswith(call.streamed_input):
+            self._custom_delta(out, call, text[len(call.streamed_input):])
+
+    def _custom_delta(self, out: list[dict[str, Any]], call: _Call, delta: str) -> None:
+        call.streamed_input += delta
+        out.append(self._event(
+            "response.custom_tool_call_input.delta",
+            item_id=call.item["id"], output_index=call.output_index, delta=delta,
+        ))
+
+    def _call_end(self, out: list[dict[str, Any]], index: int, status: str) -> None:
+        call = self._calls.pop(index, None)
+        if call is None:
+            return
+        item = call.item
+        arguments = "".join(call.buffer)
+        where = {"item_id": item["id"], "output_index": call.output_index}
+        if call.custom:
+            text = _custom_input(arguments, partial=False)
+            if text is None:
+                text = arguments  # the model wrote the input itself rather than JSON
+            if text.startswith(call.streamed_input) and len(text) > len(call.streamed_input):
+                self._custom_delta(out, call, text[len(call.streamed_input):])
+            item["input"] = text
+            out.append(self._event("response.custom_tool_call_input.done", **where, input=text))
+        else:
+            if not arguments.strip():
+                # A call without arguments: OpenAI sends "{}", and deltas must join to it.
+                arguments = "{}"
+                out.append(self._event("response.function_call_arguments.delta", **where, delta=arguments))
+            item["arguments"] = arguments
+            out.append(self._event(
+                "response.function_call_arguments.done", **where, arguments=arguments, name=item["name"]
+            ))
+        item["status"] = status
+        self._done(out, call.output_index, item)
+
+    # --- the end ----------------------------------------------------------------------
+
+    def _close_all(self, out: list[dict[str, Any]], status: str) -> None:
+        self._close_reasoning(out, status)
+        self._close_message(out, status)
+        for index in sorted(self._calls):
+            self._call_end(out, index, status)
+
+    def _finish(self, out: list[dict[str, Any]], event: Finish) -> None:
+        if self.finished:
+            return
+        incomplete = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(event.reason)
+        self._close_all(out, "incomplete" if incomplete else "completed")
+        self.finished = True
+        response = self.response
+        response["output"] = [item for item in self._items if item is not None]
+        response["output_text"] = _output_text(response["output"])
+        response["usage"] = _usage(self._usage)
+        if incomplete:
+            response["status"] = "incomplete"
+            response["incomplete_details"] = {"reason": incomplete}
+            out.append(self._event("response.incomplete", response=response))
+        else:
+            response["status"] = "completed"
+            response["completed_at"] = int(time.time())
+            out.append(self._event("response.completed", response=response))
+
+    def _fail(self, out: list[dict[str, Any]], error: Error) -> None:
+        if self.finished:
+            return
+        self._close_all(out, "incomplete")
+        self.finished = True
+        self.error = error
+        code = error.code if error.code in _RESPONSE_ERROR_CODES else (
+            "invalid_prompt" if 400 <= error.status < 500 else "server_error"
+        )
+        kind = error_type_for_status(error.status)
+        out.append(self._event(
+            "error",
+            code=code, message=error.message, param=None,
+            error={"type": kind, "code": code, "message": error.message, "param": None},
+        ))
+        response = self.response
+        response["status"] = "failed"
+        response["error"] = {"code": code, "message": error.message}
+        response["output"] = [item for item in self._items if item is not None]
+        response["output_text"] = _output_text(response["output"])
+        response["usage"] = _usage(self._usage) if self._usage else None
+        out.append(self._event("response.failed", response=response))
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _event(self, type: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": type, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return event
+
+    def _reserve(self) -> int:
+        self._items.append(None)
+        return len(self._items) - 1
+
+    def _done(self, out: list[dict[str, Any]], output_index: int, item: dict[str, Any]) -> None:
+        self._items[output_index] = item
+        out.append(self._event("response.output_item.done", output_index=output_index, item=item))
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {**self.response, "output": [item for item in self._items if item is not None]}
+
+
+def _custom_input(arguments: str, *, partial: bool) -> str | None:
+    """The `input` string of a custom tool's JSON arguments (so far, when `partial`)."""
+    try:
+        value = jiter.from_json(arguments.encode(), partial_mode="trailing-strings" if partial else "off")
+    except ValueError:
+        return None
+    text = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
+    return text if isinstance(text, str) else None
+
+
+def _output_text(output: list[dict[str, Any]]) -> str:
+    return "".join(
+        part["text"]
+        for item in output
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
+
+
+def _usage(usage: Usage | None) -> dict[str, Any]:
+    usage = usage or Usage(0, 0)
+    return {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }

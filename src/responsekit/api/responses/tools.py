@@ -1,0 +1,161 @@
+"""Responses tools -> the functions a chat model sees, and the way back.
+
+`custom` tools (Codex's apply_patch) become a function with one string argument and come
+back as `custom_tool_call` items; `namespace` tools are flattened so the model sees
+every function, and calls are mapped back to their namespace. Hosted tools that no
+component of this server runs are dropped with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ...conversation import FunctionTool, NamedToolChoice, ToolChoice
+from ...errors import APIError
+
+log = logging.getLogger(__name__)
+
+CUSTOM_INPUT = "input"
+"""The one argument of a custom tool as the model sees it."""
+
+HOSTED_TOOL_TYPES = frozenset({
+    "file_search", "web_search", "web_search_2025_08_26", "web_search_preview",
+    "web_search_preview_2025_03_11", "computer", "computer_use_preview", "mcp", "code_interpreter",
+    "programmatic_tool_calling", "image_generation", "local_shell", "shell", "tool_search", "apply_patch",
+})  # fmt: skip
+"""Tool types of the API that are not client functions (echoed in the Response, not offered)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOrigin:
+    """What a model-facing function name stands for on the client's side."""
+
+    kind: Literal["function", "custom"]
+    name: str
+    namespace: str | None = None
+
+
+@dataclass(slots=True)
+class ToolSet:
+    functions: list[FunctionTool] = field(default_factory=list)
+    origins: dict[str, ToolOrigin] = field(default_factory=dict)
+    """Model-facing name -> client tool."""
+    echo: list[dict[str, Any]] = field(default_factory=list)
+    """The `tools` of the Response object."""
+
+    def model_name(self, name: str, namespace: str | None = None) -> str:
+        """The name the model knows a client tool by (also for tools no longer offered)."""
+        for model_name, origin in self.origins.items():
+            if origin.name == name and origin.namespace == namespace:
+                return model_name
+        return f"{namespace}__{name}" if namespace else name
+
+    def origin(self, model_name: str) -> ToolOrigin:
+        return self.origins.get(model_name) or ToolOrigin("function", model_name)
+
+
+def translate_tools(tools: list[Any]) -> ToolSet:
+    toolset = ToolSet()
+    entries: list[tuple[str | None, dict[str, Any]]] = []
+    for position, tool in enumerate(tools):
+        param = f"tools[{position}]"
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            raise APIError(400, "Each tool must be an object with a `type`.", param=param, code="invalid_value")
+        kind = tool["type"]
+        if kind in ("function", "custom"):
+            _require_name(tool, param)
+            entries.append((None, tool))
+            toolset.echo.append(_echo(tool))
+        elif kind == "namespace":
+            _require_name(tool, param)
+            inner = tool.get("tools")
+            if not isinstance(inner, list):
+                raise APIError(400, "A namespace tool needs a `tools` array.", param=f"{param}.tools", code="invalid_value")
+            for index, member in enumerate(inner):
+                member_param = f"{param}.tools[{index}]"
+                if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
+                    raise APIError(400, "Namespace members must be function or custom tools.", param=member_param, code="invalid_value")
+                _require_name(member, member_param)
+                entries.append((tool["name"], member))
+            toolset.echo.append(
+                {**tool, "description": tool.get("description", ""), "tools": [_echo(m) for m in inner]}
+            )
+        elif kind in HOSTED_TOOL_TYPES:
+            log.warning("dropping hosted tool %r: no component of this server runs it", kind)
+            toolset.echo.append(tool)
+        else:
+            log.warning("dropping tool of unknown type %r", kind)
+
+    names = [tool["name"] for _, tool in entries]
+    for namespace, tool in entries:
+        name = tool["name"]
+        model_name = name if not namespace or names.count(name) == 1 else f"{namespace}__{name}"
+        if model_name in toolset.origins:
+            raise APIError(400, f"Duplicate tool name `{model_name}`.", param="tools", code="invalid_value")
+        toolset.origins[model_name] = ToolOrigin(tool["type"], name, namespace)
+        toolset.functions.append(_function(model_name, tool))
+    return toolset
+
+
+def translate_tool_choice(choice: Any, toolset: ToolSet) -> tuple[ToolChoice, list[FunctionTool]]:
+    """The canonical tool choice and the functions to offer under it."""
+    functions = toolset.functions
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice or "auto", functions
+    if not isinstance(choice, dict):
+        raise APIError(400, f"Invalid tool_choice: {choice!r}.", param="tool_choice", code="invalid_value")
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
+        name = choice.get("name")
+        model_name = toolset.model_name(str(name), choice.get("namespace"))
+        if model_name not in toolset.origins:
+            raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice", code="invalid_value")
+        return NamedToolChoice(model_name), functions
+    if kind == "allowed_tools":
+        mode = choice.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise APIError(400, "allowed_tools mode must be `auto` or `required`.", param="tool_choice.mode", code="invalid_value")
+        allowed = {
+            toolset.model_name(str(tool.get("name")), tool.get("namespace"))
+            for tool in choice.get("tools") or ()
+            if isinstance(tool, dict) and tool.get("type") in ("function", "custom")
+        }
+        return mode, [function for function in functions if function.name in allowed]
+    raise APIError(
+        400,
+        f"tool_choice of type `{kind}` cannot be honoured: no component of this server runs that tool.",
+        param="tool_choice",
+        code="invalid_value",
+    )
+
+
+def _require_name(tool: dict[str, Any], param: str) -> None:
+    if not isinstance(tool.get("name"), str) or not tool["name"]:
+        raise APIError(400, f"Missing required parameter: '{param}.name'.", param=f"{param}.name", code="missing_required_parameter")
+
+
+def _function(model_name: str, tool: dict[str, Any]) -> FunctionTool:
+    if tool["type"] == "function":
+        return FunctionTool(model_name, tool.get("description"), tool.get("parameters"), tool.get("strict"))
+    description = tool.get("description") or ""
+    form = tool.get("format") or {}
+    if form.get("type") == "grammar" and form.get("definition"):
+        description += (
+            f"\n\nPass the whole input as the `{CUSTOM_INPUT}` string. It must follow this "
+            f"{form.get('syntax', '')} grammar:\n{form['definition']}"
+        )
+    parameters = {
+        "type": "object",
+        "properties": {CUSTOM_INPUT: {"type": "string", "description": "The raw input of the tool."}},
+        "required": [CUSTOM_INPUT],
+        "additionalProperties": False,
+    }
+    return FunctionTool(model_name, description.strip() or None, parameters, None)
+
+
+def _echo(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool["type"] == "function":
+        return {"description": None, "parameters": None, "strict": None, **tool}
+    return tool

@@ -1,0 +1,21 @@
+"""Backends: engines that turn a `GenerationRequest` into a canonical event stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from ..conversation import GenerationRequest
+from ..events import Event
+
+
+class Backend(Protocol):
+    name: str
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Stream the answer; ends with `Finish` or `Error` (never raises for engine faults)."""
+        ...
+
+    async def list_models(self) -> list[str]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,460 @@
+"""Backend for any OpenAI-compatible `/chat/completions` engine.
+
+Renders the canonical request in the engine's dialect (llama.cpp, vLLM, SGLang, Ollama,
+LM Studio, OpenAI differ in how they take reasoning and system text) and translates
+its streamed chunks into canonical events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..config import EngineKind, UpstreamConfig
+from ..conversation import GenerationRequest, ImagePart, Message, NamedToolChoice, TextPart
+from ..events import (
+    Error,
+    Event,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+from ..ids import new_id
+from ..record import Recorder, Recording
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one kind of engine wants its request."""
+
+    merge_system: bool
+    reasoning_effort_param: str
+    reasoning_history_field: str
+    max_tokens_field: str = "max_tokens"
+    developer_role: bool = False
+    prompt_cache_key: bool = False
+
+
+DIALECTS: dict[str, Dialect] = {
+    "openai": Dialect(
+        merge_system=False,
+        reasoning_effort_param="reasoning_effort",
+        reasoning_history_field="none",
+        max_tokens_field="max_completion_tokens",
+        developer_role=True,
+        prompt_cache_key=True,
+    ),
+    "llamacpp": Dialect(True, "both", "reasoning_content"),
+    "vllm": Dialect(True, "both", "reasoning_content"),
+    "sglang": Dialect(True, "both", "reasoning_content"),
+    "ollama": Dialect(True, "reasoning_effort", "reasoning"),
+    "lmstudio": Dialect(True, "reasoning_effort", "reasoning_content"),
+    "generic": Dialect(True, "reasoning_effort", "reasoning_content"),
+}
+
+_OWNED_BY_KIND = {"llamacpp": "llamacpp", "vllm": "vllm", "sglang": "sglang", "ollama": "ollama"}
+
+_CONTEXT_MARKERS = (
+    "context length",
+    "context_length",
+    "context window",
+    "maximum context",
+    "exceed_context_size",
+    "exceeds the available context",
+    "too many tokens",
+    "prompt is too long",
+    "input is too long",
+    "maximum input length",
+)
+
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "stop": "stop",
+    "eos": "stop",
+    "length": "length",
+    "max_tokens": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+
+def kind_from_url(base_url: str) -> EngineKind:
+    host = urlsplit(base_url).hostname or ""
+    return "openai" if host == "api.openai.com" else "generic"
+
+
+def upstream_error(status: int, text: str) -> Error:
+    """The canonical error for an engine's HTTP error answer (or an error chunk)."""
+    message = text.strip()
+    code_hint = ""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict):
+            message = str(error.get("message") or error.get("detail") or message)
+            code_hint = str(error.get("code") or error.get("type") or "")
+        elif isinstance(error, str):
+            message = error
+    message = message or f"upstream answered HTTP {status}"
+    lowered = f"{message} {code_hint}".lower()
+    if status == 429 or "rate_limit" in lowered:
+        return Error("rate_limit_exceeded", message, 429)
+    if any(marker in lowered for marker in _CONTEXT_MARKERS):
+        return Error("context_length_exceeded", message, 400)
+    if status == 404 and "model" in lowered:
+        return Error("model_not_found", message, 404)
+    if 400 <= status < 500:
+        return Error("invalid_request_error", message, 400 if status == 422 else status)
+    return Error("server_error", message, 502)
+
+
+class ChatUpstream:
+    """One configured engine: an httpx connection pool plus its dialect."""
+
+    def __init__(self, config: UpstreamConfig, recorder: Recorder | None = None) -> None:
+        self.config = config
+        self.name = config.name
+        self.kind: EngineKind = config.kind if config.kind != "auto" else kind_from_url(config.base_url)
+        self._recorder = recorder
+        headers = dict(config.headers)
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        self._client = httpx.AsyncClient(
+            base_url=config.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(config.timeout, connect=config.connect_timeout),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
+        )
+
+    @property
+    def dialect(self) -> Dialect:
+        base = DIALECTS.get(self.kind, DIALECTS["generic"])
+        options = {
+            key: value
+            for key in ("merge_system", "reasoning_effort_param", "reasoning_history_field")
+            if (value := getattr(self.config, key)) is not None
+        }
+        return replace(base, **options) if options else base
+
+    async def list_models(self) -> list[str]:
+        """The engine's model ids; also recognises the engine's kind when set to `auto`."""
+        response = await self._client.get("/models", timeout=5.0)
+        response.raise_for_status()
+        data = response.json().get("data") or []
+        if self.config.kind == "auto" and self.kind == "generic":
+            owners = {str(model.get("owned_by", "")).lower() for model in data}
+            for owner, kind in _OWNED_BY_KIND.items():
+                if owner in owners:
+                    self.kind = kind  # type: ignore[assignment]
+                    break
+        return [str(model["id"]) for model in data if "id" in model]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def render(self, request: GenerationRequest) -> dict[str, Any]:
+        """The `/chat/completions` body for this engine."""
+        dialect = self.dialect
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": render_messages(request.messages, dialect),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools and request.tool_choice != "none":
+            body["tools"] = [
+                {"type": "function", "function": _drop_none(
+                    name=tool.name,
+                    description=tool.description,
+                    parameters=tool.parameters or {"type": "object", "properties": {}},
+                    strict=tool.strict,
+                )}
+                for tool in request.tools
+            ]
+            choice = request.tool_choice
+            body["tool_choice"] = (
+                {"type": "function", "function": {"name": choice.name}}
+                if isinstance(choice, NamedToolChoice)
+                else choice
+            )
+            if request.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = request.parallel_tool_calls
+        if request.response_format is not None:
+            body["response_format"] = request.response_format
+        if request.max_output_tokens is not None:
+            body[dialect.max_tokens_field] = request.max_output_tokens
+        for key in ("temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "user"):
+            value = getattr(request, key)
+            if value is not None:
+                body[key] = value
+        if dialect.prompt_cache_key and request.prompt_cache_key:
+            body["prompt_cache_key"] = request.prompt_cache_key
+        effort = request.reasoning_effort
+        if effort is not None:
+            if dialect.reasoning_effort_param in ("reasoning_effort", "both"):
+                body["reasoning_effort"] = effort
+            if dialect.reasoning_effort_param in ("chat_template_kwargs", "both"):
+                body["chat_template_kwargs"] = {
+                    "reasoning_effort": effort,
+                    "enable_thinking": effort != "none",
+                }
+        return body
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        body = self.render(request)
+        recording = self._recorder.start(self.name, "/chat/completions", body) if self._recorder else None
+        try:
+            async for event in self._exchange(body, recording, request):
+                yield event
+        finally:
+            if recording is not None:
+                await recording.save()
+
+    async def _exchange(
+        self, body: dict[str, Any], recording: Recording | None, request: GenerationRequest
+    ) -> AsyncIterator[Event]:
+        translator = ChunkTranslator(request)
+        try:
+            async with self._client.stream("POST", "/chat/completions", json=body) as response:
+                if recording:
+                    recording.status(response.status_code)
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    if recording:
+                        recording.error_body(text)
+                    yield upstream_error(response.status_code, text)
+                    return
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    # An engine that ignored `stream: true` and answered with one completion.
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    if recording:
+                        recording.chunk(text)
+                    for event in translator.feed_completion(text):
+                        yield event
+                    return
+                async for data in sse_data(response):
+                    if recording:
+                        recording.chunk(data)
+                    if data == "[DONE]":
+                        break
+                    for event in translator.feed_data(data):
+                        yield event
+                        if isinstance(event, Error):
+                            return
+                for event in translator.finish():
+                    yield event
+        except httpx.TimeoutException:
+            yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
+        except httpx.HTTPError as exc:
+            yield Error("server_error", f"upstream {self.name} failed: {exc!r}", 502)
+
+
+async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    """The `data:` payloads of an SSE body.
+
+    Lines end at LF (or CRLF) only: engines write raw UTF-8, and a U+2028 inside a JSON
+    string is not a line break (httpx's `aiter_lines` would split there).
+    """
+    pending = b""
+    async for chunk in response.aiter_bytes():
+        pending += chunk
+        if b"\n" not in chunk:
+            continue
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip().decode("utf-8", "replace")
+    if pending.startswith(b"data:"):
+        yield pending[5:].strip().decode("utf-8", "replace")
+
+
+def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[str, Any]]:
+    messages = list(messages)
+    out: list[dict[str, Any]] = []
+    if dialect.merge_system:
+        texts = [m.text() for m in messages if m.role in ("system", "developer")]
+        if texts:
+            out.append({"role": "system", "content": "\n\n".join(texts)})
+    for message in messages:
+        role = message.role
+        if role in ("system", "developer"):
+            if not dialect.merge_system:
+                keep = role == "system" or dialect.developer_role
+                out.append({"role": role if keep else "system", "content": message.text()})
+        elif role == "user":
+            out.append({"role": "user", "content": _render_content(message)})
+        elif role == "assistant":
+            rendered: dict[str, Any] = {"role": "assistant", "content": message.text() or None}
+            if message.tool_calls:
+                rendered["tool_calls"] = [
+                    {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                    for call in message.tool_calls
+                ]
+            elif rendered["content"] is None:
+                rendered["content"] = ""
+            if message.reasoning and dialect.reasoning_history_field != "none":
+                rendered[dialect.reasoning_history_field] = message.reasoning
+            out.append(rendered)
+        else:
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text()})
+    return out
+
+
+def _render_content(message: Message) -> str | list[dict[str, Any]]:
+    if all(isinstance(part, TextPart) for part in message.content):
+        return message.text()
+    parts: list[dict[str, Any]] = []
+    for part in message.content:
+        if isinstance(part, ImagePart):
+            parts.append({"type": "image_url", "image_url": {"url": part.url, "detail": part.detail}})
+        else:
+            parts.append({"type": "text", "text": part.text})
+    return parts
+
+
+class ChunkTranslator:
+    """Turns one stream of `chat.completion.chunk` payloads into canonical events."""
+
+    def __init__(self, request: GenerationRequest) -> None:
+        self._request = request
+        self._calls: dict[Any, _Call] = {}
+        self._next_index = 0
+        self._finish: FinishReason | None = None
+        self._usage: Usage | None = None
+        self._output_chars = 0
+
+    def feed_data(self, data: str) -> list[Event]:
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return [Error("server_error", f"upstream sent malformed data: {data[:200]!r}", 502)]
+        if not isinstance(chunk, dict):
+            return [Error("server_error", f"upstream sent malformed data: {data[:200]!r}", 502)]
+        return self.feed(chunk)
+
+    def feed_completion(self, text: str) -> list[Event]:
+        """A whole non-streamed `chat.completion` body, as if it had been one chunk."""
+        events = self.feed_data(text)
+        if events and isinstance(events[-1], Error):
+            return events
+        return events + self.finish()
+
+    def feed(self, chunk: dict[str, Any]) -> list[Event]:
+        error = chunk.get("error")
+        if error:
+            status = error.get("code") if isinstance(error, dict) else None
+            return [upstream_error(status if isinstance(status, int) else 500, json.dumps(chunk))]
+        events: list[Event] = []
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = _usage(usage, chunk.get("timings"))
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or choice.get("message") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                self._output_chars += len(reasoning)
+                events.append(ReasoningDelta(reasoning))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._output_chars += len(content)
+                events.append(TextDelta(content))
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._output_chars += len(refusal)
+                events.append(RefusalDelta(refusal))
+            for position, call in enumerate(delta.get("tool_calls") or ()):
+                events.extend(self._tool_call(position, call))
+            reason = choice.get("finish_reason")
+            if reason:
+                self._finish = _FINISH_REASONS.get(reason, "stop")
+        return events
+
+    def _tool_call(self, position: int, call: dict[str, Any]) -> list[Event]:
+        key = call.get("index")
+        if key is None:
+            key = call.get("id") or f"position-{position}-{self._next_index}"
+        function = call.get("function") or {}
+        state = self._calls.get(key)
+        if state is None:
+            state = self._calls[key] = _Call(call.get("id") or new_id("call"))
+        events: list[Event] = []
+        name = function.get("name")
+        if state.index is None and name:
+            state.index = self._next_index
+            self._next_index += 1
+            events.append(ToolCallStart(state.index, state.id, name))
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):  # some engines send parsed arguments
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        if isinstance(arguments, str) and arguments:
+            self._output_chars += len(arguments)
+            if state.index is None:
+                state.pending.append(arguments)
+            else:
+                if state.pending:
+                    events.append(ToolCallDelta(state.index, "".join(state.pending)))
+                    state.pending.clear()
+                events.append(ToolCallDelta(state.index, arguments))
+        return events
+
+    def finish(self) -> list[Event]:
+        events: list[Event] = []
+        for state in self._calls.values():
+            if state.index is not None:
+                events.append(ToolCallEnd(state.index))
+        if self._finish is None:
+            return events + [Error("server_error", "upstream ended the stream before finishing", 502)]
+        usage = self._usage
+        if usage is None:
+            log.debug("upstream reported no usage; estimating")
+            prompt_chars = sum(len(m.text()) + len(m.reasoning or "") for m in self._request.messages)
+            usage = Usage(input_tokens=max(1, prompt_chars // 4), output_tokens=max(1, self._output_chars // 4))
+        reason = self._finish
+        if reason == "stop" and self._calls:
+            reason = "tool_calls"
+        return events + [usage, Finish(reason)]
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str
+    index: int | None = None
+    pending: list[str] = field(default_factory=list)
+    """Argument fragments that arrived before the call's name."""
+
+
+def _usage(usage: dict[str, Any], timings: Any) -> Usage:
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    cached = prompt_details.get("cached_tokens")
+    if cached is None and isinstance(timings, dict):
+        cached = timings.get("cache_n")
+    return Usage(
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        cached_tokens=int(cached or 0),
+        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+    )
+
+
+def _drop_none(**values: Any) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}

@@ -1,0 +1,152 @@
+"""Which upstream serves which model: configured or probed engines, aliases, a default model."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from ..config import Settings, UpstreamConfig
+from ..errors import APIError
+from ..record import Recorder
+from .chat_upstream import ChatUpstream
+
+log = logging.getLogger(__name__)
+
+PROBE_TARGETS: tuple[tuple[str, str], ...] = (
+    ("llamacpp", "http://127.0.0.1:8080/v1"),
+    ("ollama", "http://127.0.0.1:11434/v1"),
+    ("vllm", "http://127.0.0.1:8000/v1"),
+    ("sglang", "http://127.0.0.1:30000/v1"),
+    ("lmstudio", "http://127.0.0.1:1234/v1"),
+)
+REFRESH_INTERVAL = 10.0
+"""Seconds between model-list refreshes triggered by requests for unknown models."""
+
+
+class ModelRouter:
+    def __init__(self, settings: Settings, recorder: Recorder | None = None) -> None:
+        self._recorder = recorder
+        self.upstreams = [ChatUpstream(config, recorder) for config in settings.upstreams]
+        self.aliases = dict(settings.aliases)
+        self.default_model = settings.default_model
+        self.probing = settings.probe and not settings.upstreams
+        self._models: dict[str, ChatUpstream] = {}
+        self._reachable: dict[str, bool] = {}
+        self._refreshed_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await self.refresh()
+        if not self.upstreams:
+            log.warning(
+                "no upstream engine found (probed %s); starting anyway. "
+                "Start an engine there or pass --upstream URL.",
+                ", ".join(url for _, url in PROBE_TARGETS) if self.probing else "nothing",
+            )
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(upstream.aclose() for upstream in self.upstreams))
+
+    async def refresh(self) -> None:
+        """Probe (when no upstream is configured) and reload every upstream's model list."""
+        async with self._lock:
+            self._refreshed_at = time.monotonic()
+            if self.probing:
+                await self._probe()
+            models: dict[str, ChatUpstream] = {}
+            listed = await asyncio.gather(*(self._list(upstream) for upstream in self.upstreams))
+            for upstream, names in zip(self.upstreams, listed):
+                for name in names:
+                    models.setdefault(name, upstream)
+            self._models = models
+
+    async def _list(self, upstream: ChatUpstream) -> list[str]:
+        try:
+            names = await upstream.list_models()
+            self._reachable[upstream.name] = True
+        except (httpx.HTTPError, ValueError) as exc:
+            self._reachable[upstream.name] = False
+            log.warning("upstream %s (%s) did not list its models: %r", upstream.name, upstream.config.base_url, exc)
+            names = []
+        return upstream.config.models or names
+
+    async def _probe(self) -> None:
+        known = {upstream.config.base_url for upstream in self.upstreams}
+
+        async def answers(url: str) -> bool:
+            try:
+                async with httpx.AsyncClient(timeout=1.0) as client:
+                    return (await client.get(f"{url}/models")).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        candidates = [(kind, url) for kind, url in PROBE_TARGETS if url not in known]
+        found = await asyncio.gather(*(answers(url) for _, url in candidates))
+        for (kind, url), ok in zip(candidates, found):
+            if ok:
+                log.info("found a %s engine at %s", kind, url)
+                self.upstreams.append(ChatUpstream(UpstreamConfig(name=kind, base_url=url, kind=kind), self._recorder))
+
+    async def resolve(self, model: str) -> tuple[ChatUpstream, str]:
+        """The upstream and the upstream's own model name for what a client asked for."""
+        found = self._lookup(model)
+        if found is None and time.monotonic() - self._refreshed_at > REFRESH_INTERVAL:
+            await self.refresh()
+            found = self._lookup(model)
+        if found is None:
+            known = ", ".join(sorted(self._models)) or "none (no upstream engine is reachable)"
+            raise APIError(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it. "
+                f"Models served: {known}. Configure an alias or a default model to map other names.",
+                type="invalid_request_error",
+                code="model_not_found",
+                param="model",
+            )
+        return found
+
+    def _lookup(self, model: str) -> tuple[ChatUpstream, str] | None:
+        for name in (model, self.default_model):
+            if name is None:
+                continue
+            target = self.aliases.get(name, name)
+            upstream = self._models.get(target)
+            if upstream is not None:
+                return upstream, target
+        return None
+
+    def list_models(self) -> list[dict[str, Any]]:
+        """`/v1/models` entries: every upstream model, then every alias that resolves."""
+        entries = [
+            {"id": name, "object": "model", "created": 0, "owned_by": upstream.name}
+            for name, upstream in self._models.items()
+        ]
+        for alias, target in self.aliases.items():
+            upstream = self._models.get(target)
+            if upstream is not None and alias not in self._models:
+                entries.append({"id": alias, "object": "model", "created": 0, "owned_by": upstream.name})
+        return entries
+
+    def health(self) -> dict[str, Any]:
+        upstreams = [
+            {
+                "name": upstream.name,
+                "base_url": upstream.config.base_url,
+                "kind": upstream.kind,
+                "reachable": self._reachable.get(upstream.name, False),
+                "models": [name for name, owner in self._models.items() if owner is upstream],
+            }
+            for upstream in self.upstreams
+        ]
+        healthy = any(entry["reachable"] for entry in upstreams)
+        body: dict[str, Any] = {"status": "ok" if healthy else "no_upstream", "upstreams": upstreams}
+        if not healthy:
+            body["message"] = (
+                "No upstream engine is reachable. Start one (llama.cpp, Ollama, vLLM, SGLang, LM Studio) "
+                "on its usual port or pass --upstream URL."
+            )
+        return body

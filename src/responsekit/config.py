@@ -1,0 +1,140 @@
+"""Settings: command-line flags, then `RESPONSEKIT_*` environment variables, then a TOML file.
+
+The precedence is the order above: a flag beats the environment, which beats the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+EngineKind = Literal["auto", "openai", "llamacpp", "vllm", "sglang", "ollama", "lmstudio", "generic"]
+
+
+class UpstreamConfig(BaseModel):
+    """One OpenAI-compatible chat engine and the options its dialect needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = ""
+    """Shown in `/v1/models` (`owned_by`) and logs; derived from the URL when empty."""
+    base_url: str
+    """The engine's OpenAI base URL, e.g. `http://127.0.0.1:8080/v1`."""
+    api_key: str | None = None
+    kind: EngineKind = "auto"
+    """The engine's dialect; `auto` recognises it from its `/models` answer or its URL."""
+    models: list[str] = Field(default_factory=list)
+    """Models served here; empty means ask the engine's `/models`."""
+    merge_system: bool | None = None
+    """Merge system and developer text into one leading system message (default: yes, except OpenAI)."""
+    reasoning_effort_param: Literal["reasoning_effort", "chat_template_kwargs", "both", "none"] | None = None
+    """How `reasoning.effort` is passed on (default by kind)."""
+    reasoning_history_field: Literal["reasoning_content", "reasoning", "none"] | None = None
+    """The assistant-message field that carries earlier reasoning back (default by kind)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = 600.0
+    """Seconds to wait for the engine's next chunk before failing the response."""
+    connect_timeout: float = 10.0
+
+    @model_validator(mode="after")
+    def _fill_name(self) -> UpstreamConfig:
+        self.base_url = self.base_url.rstrip("/")
+        if not self.name:
+            parts = urlsplit(self.base_url)
+            self.name = parts.netloc or self.base_url
+        return self
+
+
+def parse_upstream(value: str) -> UpstreamConfig:
+    """`URL` or `NAME=URL`, the shorthand of `--upstream` and `RESPONSEKIT_UPSTREAMS`."""
+    name, sep, url = value.partition("=")
+    if sep and "://" not in name:
+        return UpstreamConfig(name=name.strip(), base_url=url.strip())
+    return UpstreamConfig(base_url=value.strip())
+
+
+def parse_pairs(value: str) -> dict[str, str]:
+    """`a=b,c=d`, the shorthand of `--alias` and `RESPONSEKIT_ALIASES`."""
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        key, sep, target = item.partition("=")
+        if not sep or not key.strip() or not target.strip():
+            raise ValueError(f"expected NAME=TARGET, got {item!r}")
+        pairs[key.strip()] = target.strip()
+    return pairs
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RESPONSEKIT_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = 8400
+    upstreams: Annotated[list[UpstreamConfig], NoDecode] = Field(default_factory=list)
+    probe: bool = True
+    """With no upstream configured, look for engines on their usual local ports."""
+    aliases: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    """Model names clients may use for an upstream model, e.g. `gpt-5-codex = "qwen3-coder"`."""
+    default_model: str | None = None
+    """Serve names no upstream knows with this model instead of answering 404."""
+    record_dir: Path | None = None
+    """Write every upstream exchange to a JSON file here, for replay in tests."""
+    shutdown_timeout: float = 30.0
+    """On SIGTERM, seconds to let in-flight streams finish."""
+    log_level: str = "info"
+
+    @field_validator("upstreams", mode="before")
+    @classmethod
+    def _upstreams(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [parse_upstream(part) for part in text.split(",") if part.strip()]
+        if isinstance(value, list):
+            return [parse_upstream(item) if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("aliases", mode="before")
+    @classmethod
+    def _aliases(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("{") else parse_pairs(text)
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+
+def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
+    """Settings from flags (None = not given), the environment and the TOML file.
+
+    The file is `config_file`, else `$RESPONSEKIT_CONFIG`, else none.
+    """
+    path = config_file or os.environ.get("RESPONSEKIT_CONFIG")
+    cls: type[Settings] = Settings
+    if path:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        cls = type("Settings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})
+    return cls(**{key: value for key, value in flags.items() if value is not None})

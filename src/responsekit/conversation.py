@@ -1,0 +1,91 @@
+"""The canonical request: a conversation and generation options, engine-neutral.
+
+Frontends (Responses, Chat Completions) translate their requests into a
+`GenerationRequest`; backends render it for their engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+Role: TypeAlias = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+@dataclass(slots=True)
+class TextPart:
+    text: str
+
+
+@dataclass(slots=True)
+class ImagePart:
+    """An image by URL or `data:` URL."""
+
+    url: str
+    detail: str = "auto"
+
+
+Part: TypeAlias = TextPart | ImagePart
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    content: list[Part] = field(default_factory=list)
+    reasoning: str | None = None
+    """The assistant's reasoning for this turn (so models such as gpt-oss keep it across tool calls)."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    """For `tool` messages: the call this is the result of."""
+
+    def text(self) -> str:
+        """The message's text parts joined (images left out)."""
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+
+@dataclass(slots=True)
+class FunctionTool:
+    """A function the model may call, as the model sees it."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class NamedToolChoice:
+    """`tool_choice` forcing one function."""
+
+    name: str
+
+
+ToolChoice: TypeAlias = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    model: str
+    messages: list[Message]
+    tools: list[FunctionTool] = field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    """Chat Completions `response_format` (`json_schema` or `json_object`), or None for text."""
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    reasoning_effort: str | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    user: str | None = None
+    prompt_cache_key: str | None = None

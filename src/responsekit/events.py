@@ -1,0 +1,105 @@
+"""The canonical event stream: the one vocabulary between backends and frontends.
+
+Backends (chat upstreams, raw-completion engines, the in-process engine) and parsers
+produce these; the Responses and Chat Completions frontends render them.  A
+non-streaming answer is the fold of the same stream, so both paths share one code path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+
+@dataclass(slots=True, frozen=True)
+class ReasoningDelta:
+    """A piece of the model's reasoning (chain of thought) text."""
+
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class TextDelta:
+    """A piece of the visible answer."""
+
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class RefusalDelta:
+    """A piece of a refusal (OpenAI's `refusal` field)."""
+
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallStart:
+    """A tool call begins; `index` identifies it in the events that follow.
+
+    `id` is the call id the engine or model wrote, or one generated for it.
+    """
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallDelta:
+    """A fragment of a call's JSON arguments; the fragments join to the final string."""
+
+    index: int
+    arguments: str
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallEnd:
+    """The call's arguments are complete."""
+
+    index: int
+
+
+@dataclass(slots=True, frozen=True)
+class Usage:
+    """Token counts of the whole generation."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
+@dataclass(slots=True, frozen=True)
+class Finish:
+    """Generation ended normally; `length` means the token limit cut it."""
+
+    reason: FinishReason
+
+
+@dataclass(slots=True, frozen=True)
+class Error:
+    """Generation failed; ends the stream.
+
+    `code` is an OpenAI error code (`context_length_exceeded`, `rate_limit_exceeded`,
+    `server_error`…) and `status` the HTTP status a non-streaming client gets.
+    """
+
+    code: str
+    message: str
+    status: int = 502
+
+
+Event: TypeAlias = (
+    ReasoningDelta
+    | TextDelta
+    | RefusalDelta
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | Usage
+    | Finish
+    | Error
+)

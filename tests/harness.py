@@ -1,0 +1,277 @@
+"""Test parts: real servers on loopback, a scripted upstream engine, schema checks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response as HTTPResponse, StreamingResponse
+from starlette.routing import Route
+
+DATA = Path(__file__).parent / "data"
+SPEC = json.loads((DATA / "spec_required.json").read_text())
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Run an ASGI app with uvicorn on a free loopback port; yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def exchange(name: str) -> dict[str, Any]:
+    """A recorded upstream exchange (the `--record` format) from tests/data/exchanges."""
+    return json.loads((DATA / "exchanges" / f"{name}.json").read_text())
+
+
+def text_exchange(text: str, *, reasoning: str = "", pieces: int = 3) -> dict[str, Any]:
+    """A simple streamed chat answer in llama.cpp's chunk shape."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        return {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}  # fmt: skip
+
+    chunks: list[Any] = [chunk({"role": "assistant", "content": None})]
+    chunks += [chunk({"reasoning_content": reasoning[i : i + pieces]}) for i in range(0, len(reasoning), pieces)]
+    chunks += [chunk({"content": text[i : i + pieces]}) for i in range(0, len(text), pieces)]
+    chunks.append(chunk({}, "stop", usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}))
+    chunks.append("[DONE]")
+    return {"status": 200, "chunks": [{"t": 0, "data": data} for data in chunks]}
+
+
+class ScriptedUpstream:
+    """A real OpenAI-compatible engine on loopback that replays recorded exchanges.
+
+    Exchanges are served in the order they were pushed; `responder` answers when the
+    queue is empty. Every request body is kept in `requests`; `time_scale` scales the
+    recorded delays (0 replays at once).
+    """
+
+    def __init__(self, models: tuple[str, ...] = ("test-model",), owned_by: str = "llamacpp") -> None:
+        self.models = list(models)
+        self.owned_by = owned_by
+        self.queue: deque[dict[str, Any]] = deque()
+        self.responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.time_scale = 0.0
+        self.cancelled = 0
+        self.finished = 0
+        self.app = Starlette(routes=[
+            Route("/v1/models", self._models),
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+        ])  # fmt: skip
+
+    def push(self, *exchanges: dict[str, Any]) -> None:
+        self.queue.extend(exchanges)
+
+    async def _models(self, request: Request) -> JSONResponse:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": self.owned_by} for name in self.models]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def _chat(self, request: Request) -> HTTPResponse:
+        body = await request.json()
+        self.requests.append(body)
+        script = self.queue.popleft() if self.queue else self.responder(body) if self.responder else None
+        if script is None:
+            return JSONResponse({"error": {"message": "the test script is exhausted"}}, status_code=500)
+        status = script.get("status") or 200
+        if status >= 400:
+            return HTTPResponse(script.get("error_body") or "", status_code=status, media_type="application/json")
+        return StreamingResponse(self._frames(script), media_type="text/event-stream")
+
+    async def _frames(self, script: dict[str, Any]) -> Any:
+        previous = 0.0
+        try:
+            for chunk in script["chunks"]:
+                at = float(chunk.get("t", previous))
+                if (delay := (at - previous) * self.time_scale) > 0:
+                    await asyncio.sleep(delay)
+                previous = at
+                data = chunk["data"]
+                yield f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+            if script.get("end") == "drop":
+                raise ConnectionAbortedError("scripted drop")
+            self.finished += 1
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+
+# --- schema checks ---------------------------------------------------------------------
+
+_EVENT = TypeAdapter(ResponseStreamEvent)
+# The SDK's enum of `response.error.code` lacks context_length_exceeded, which OpenAI sends
+# and Codex acts on (it starts compaction); every other key is checked strictly.
+_CODES_BEYOND_SDK = {"context_length_exceeded"}
+
+
+def check_response(response: dict[str, Any]) -> Response:
+    """Strict SDK validation plus the required keys of the wire checklist."""
+    missing = set(SPEC["response"]) - set(response)
+    assert not missing, f"Response lacks {sorted(missing)}"
+    assert isinstance(response["created_at"], int)
+    if response.get("usage") is not None:
+        assert not set(SPEC["usage"]) - set(response["usage"])
+    for item in response["output"]:
+        check_item(item)
+    checked = response
+    if (response.get("error") or {}).get("code") in _CODES_BEYOND_SDK:
+        checked = {**response, "error": {**response["error"], "code": "server_error"}}
+    return Response.model_validate(checked, strict=True)
+
+
+def check_item(item: dict[str, Any]) -> None:
+    missing = set(SPEC["output_items"][item["type"]]) - set(item)
+    assert not missing, f"{item['type']} item lacks {sorted(missing)}"
+
+
+def check_event(event: dict[str, Any]) -> Any:
+    missing = set(SPEC["events"][event["type"]]) - set(event)
+    assert not missing, f"{event['type']} lacks {sorted(missing)}"
+    if "response" in event:
+        check_response(event["response"])
+    if "item" in event:
+        check_item(event["item"])
+    return _EVENT.validate_python(_sdk_view(event), strict=True)
+
+
+def _sdk_view(event: dict[str, Any]) -> dict[str, Any]:
+    response = event.get("response")
+    if response and (response.get("error") or {}).get("code") in _CODES_BEYOND_SDK:
+        return {**event, "response": {**response, "error": {**response["error"], "code": "server_error"}}}
+    return event
+
+
+def check_chat_chunk(chunk: dict[str, Any]) -> ChatCompletionChunk:
+    return ChatCompletionChunk.model_validate(chunk, strict=True)
+
+
+def check_chat_completion(completion: dict[str, Any]) -> ChatCompletion:
+    return ChatCompletion.model_validate(completion, strict=True)
+
+
+def read_sse(lines: Iterator[str]) -> tuple[list[dict[str, Any]], bool]:
+    """Parse an SSE body strictly: `event:` equals the JSON type; returns (events, saw [DONE])."""
+    events: list[dict[str, Any]] = []
+    name: str | None = None
+    done = False
+    for line in lines:
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            assert not done, "data after [DONE]"
+            if line == "data: [DONE]":
+                done = True
+                continue
+            event = json.loads(line[6:])
+            assert name == event["type"], f"event: {name} but type {event['type']}"
+            events.append(event)
+            name = None
+        else:
+            assert line == "", f"unexpected SSE line {line!r}"
+    return events, done
+
+
+TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+
+
+def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Check a Responses event sequence against §3 of the wire checklist; returns the final Response.
+
+    Every event validates strictly; sequence numbers run 0..n-1; `response.created`
+    comes first, one terminal event last; items are added before their content and done
+    after it; ids never change; deltas join to the done texts and to the final output.
+    """
+    for event in events:
+        check_event(event)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[0]["type"] == "response.created" and events[0]["response"]["status"] == "in_progress"
+    assert events[1]["type"] == "response.in_progress"
+    terminal = [e for e in events if e["type"] in TERMINAL]
+    assert len(terminal) == 1 and terminal[0] is events[-1], "exactly one terminal event, at the end"
+    response = events[-1]["response"]
+    assert {e["response"]["id"] for e in events if "response" in e} == {response["id"]}
+
+    added: dict[int, dict[str, Any]] = {}
+    done: dict[int, dict[str, Any]] = {}
+    texts: dict[tuple[str, int], list[str]] = {}
+    open_parts: set[tuple[str, int]] = set()
+    for event in events:
+        kind = event["type"]
+        if kind == "response.output_item.added":
+            index = event["output_index"]
+            assert index not in added and index == len(added), "output_index runs 0, 1, 2…"
+            added[index] = event["item"]
+            assert event["item"]["status"] == "in_progress"
+            if event["item"]["type"] == "message":
+                assert event["item"]["content"] == []
+            continue
+        if kind == "response.output_item.done":
+            index = event["output_index"]
+            assert index in added and index not in done
+            assert event["item"]["id"] == added[index]["id"]
+            done[index] = event["item"]
+            continue
+        if "item_id" not in event:
+            continue
+        index = event["output_index"]
+        assert index in added and index not in done, f"{kind} outside its item"
+        assert event["item_id"] == added[index]["id"]
+        key = (event["item_id"], event.get("content_index", -1))
+        if kind == "response.content_part.added":
+            assert key not in open_parts
+            open_parts.add(key)
+            texts[key] = []
+        elif kind == "response.content_part.done":
+            open_parts.discard(key)
+        elif kind.endswith(".delta"):
+            if "content_index" in event:
+                assert key in open_parts, f"{kind} before its content_part.added"
+            texts.setdefault(key, []).append(event["delta"])
+        elif kind.endswith(".done"):
+            final = event.get("text", event.get("arguments", event.get("input", event.get("refusal"))))
+            assert "".join(texts.get(key, [])) == final, f"deltas of {kind} do not join to the final value"
+
+    assert not open_parts
+    assert sorted(done) == sorted(added), "every added item is done"
+    if response["status"] != "failed":
+        assert [item["id"] for item in response["output"]] == [done[i]["id"] for i in sorted(done)]
+        assert response["output"] == [done[i] for i in sorted(done)]
+    for item in response["output"]:
+        if item["type"] == "function_call":
+            json.loads(item["arguments"])
+    return response
+
+
+def strip_ids(value: Any) -> Any:
+    """A response's output without generated ids and timestamps, to compare two runs."""
+    if isinstance(value, dict):
+        return {k: strip_ids(v) for k, v in value.items() if k not in ("id", "call_id", "created_at", "completed_at")}
+    if isinstance(value, list):
+        return [strip_ids(v) for v in value]
+    return value
