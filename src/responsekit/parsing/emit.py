@@ -1,0 +1,128 @@
+"""Collect a parser's decisions into canonical events, one call's worth at a time.
+
+Parsers report what they decided (prose, reasoning, call starts, argument text); the
+buffer coalesces adjacent pieces into one event per kind, so a one-shot parse and a
+token-by-token parse differ only in how the same text is cut into deltas.
+
+Prose is trimmed as it streams: leading whitespace of reasoning or content is dropped
+and trailing whitespace is held until more text of the same kind follows, so the blank
+lines around `</think>` or between tool calls never become a content item.  The result
+does not depend on how the input was chunked.
+"""
+
+from __future__ import annotations
+
+from responsekit.events import (
+    Event,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from responsekit.ids import new_id
+
+_REASONING = 0
+_TEXT = 1
+_ARGS = 2
+
+
+class EventBuffer:
+    """Builds the event list a `feed()`/`finish()` call returns."""
+
+    __slots__ = ("_events", "_kind", "_parts", "_started", "_pending", "_open", "_count")
+
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        self._kind = -1
+        self._parts: list[str] = []
+        self._started = [False, False]
+        self._pending = ["", ""]
+        self._open: int | None = None
+        self._count = 0
+
+    @property
+    def open_call(self) -> int | None:
+        """Index of the call whose arguments are streaming, if any."""
+        return self._open
+
+    @property
+    def calls(self) -> int:
+        """How many calls have been started."""
+        return self._count
+
+    def reasoning(self, text: str) -> None:
+        """Report reasoning text."""
+        if text:
+            self._prose(_REASONING, text)
+
+    def text(self, text: str) -> None:
+        """Report visible content."""
+        if text:
+            self._prose(_TEXT, text)
+
+    def start_call(self, name: str, call_id: str | None = None) -> int:
+        """Open a tool call; ends a call still open.  Returns its index."""
+        if self._open is not None:
+            self.end_call()
+        self._flush()
+        index = self._count
+        self._count += 1
+        self._open = index
+        self._events.append(ToolCallStart(index, call_id or new_id("call"), name))
+        return index
+
+    def args(self, text: str) -> None:
+        """Append argument text to the open call."""
+        if not text or self._open is None:
+            return
+        if self._kind != _ARGS:
+            self._flush()
+            self._kind = _ARGS
+        self._parts.append(text)
+
+    def end_call(self) -> None:
+        """Close the open call, if any."""
+        if self._open is None:
+            return
+        self._flush()
+        self._events.append(ToolCallEnd(self._open))
+        self._open = None
+
+    def take(self) -> list[Event]:
+        """Return the events decided since the last call and start afresh."""
+        self._flush()
+        events = self._events
+        self._events = []
+        return events
+
+    def _prose(self, kind: int, text: str) -> None:
+        if not self._started[kind]:
+            text = text.lstrip()
+            if not text:
+                return
+            self._started[kind] = True
+        core = text.rstrip()
+        if not core:
+            self._pending[kind] += text
+            return
+        if self._kind != kind:
+            self._flush()
+            self._kind = kind
+        if self._pending[kind]:
+            self._parts.append(self._pending[kind])
+        self._parts.append(core)
+        self._pending[kind] = text[len(core) :]
+
+    def _flush(self) -> None:
+        if not self._parts:
+            return
+        joined = "".join(self._parts)
+        self._parts.clear()
+        kind = self._kind
+        if kind == _TEXT:
+            self._events.append(TextDelta(joined))
+        elif kind == _REASONING:
+            self._events.append(ReasoningDelta(joined))
+        elif self._open is not None:
+            self._events.append(ToolCallDelta(self._open, joined))

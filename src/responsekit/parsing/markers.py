@@ -1,0 +1,109 @@
+"""Find markers in streamed text, holding back a tail that may still become one.
+
+A marker such as `<tool_call>` often arrives split over several deltas (`<tool_ca` +
+`ll>`).  `MarkerScanner` is an Aho–Corasick automaton stepped one character at a time;
+its state *is* the held-back tail (the longest suffix of the text that is a prefix of
+some marker), so nothing is ever re-scanned and each character costs one table lookup.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from functools import lru_cache
+
+
+@lru_cache(maxsize=256)
+def _compile(
+    markers: tuple[str, ...],
+) -> tuple[list[dict[str, int]], list[str | None], list[str]]:
+    """Transition table, completed marker per state, and text per state (a prefix)."""
+    goto: list[dict[str, int]] = [{}]
+    prefix = [""]
+    ends: list[str | None] = [None]
+    for marker in markers:
+        state = 0
+        for ch in marker:
+            nxt = goto[state].get(ch)
+            if nxt is None:
+                nxt = len(goto)
+                goto[state][ch] = nxt
+                goto.append({})
+                prefix.append(prefix[state] + ch)
+                ends.append(None)
+            state = nxt
+        ends[state] = marker
+    # Breadth-first: failure links, then a full transition table (a DFA), so that
+    # stepping never follows links at run time.
+    fail = [0] * len(goto)
+    match: list[str | None] = list(ends)
+    trans: list[dict[str, int]] = [dict(goto[0])] + [{} for _ in goto[1:]]
+    queue = deque(goto[0].values())
+    while queue:
+        state = queue.popleft()
+        if match[state] is None:
+            match[state] = match[fail[state]]
+        table = dict(trans[fail[state]])
+        for ch, nxt in goto[state].items():
+            fail[nxt] = trans[fail[state]].get(ch, 0)
+            table[ch] = nxt
+            queue.append(nxt)
+        trans[state] = table
+    return trans, match, prefix
+
+
+class MarkerScanner:
+    """Splits a stream into plain text and markers, across any chunking.
+
+    Matching rule: a marker is reported at the first position where one completes; if
+    several complete there, the longest wins (so `\\n</parameter>` beats `</parameter>`).
+    The automaton for a marker set is built once and shared; a scanner only holds its
+    state.
+    """
+
+    __slots__ = ("markers", "_trans", "_match", "_prefix", "_state")
+
+    def __init__(self, markers: Iterable[str]) -> None:
+        self.markers: tuple[str, ...] = tuple(dict.fromkeys(m for m in markers if m))
+        self._trans, self._match, self._prefix = _compile(self.markers)
+        self._state = 0
+
+    @property
+    def held(self) -> str:
+        """The text currently held back because it may be the start of a marker."""
+        return self._prefix[self._state]
+
+    def scan(self, text: str, pos: int = 0) -> tuple[str, str | None, int]:
+        """Consume `text[pos:]` up to and including the first marker.
+
+        Returns `(plain, marker, end)`: the text now known not to belong to a marker
+        (including any previously held tail that turned out to be plain), the marker
+        found or None, and the position after what was consumed.  Without a marker the
+        whole rest is consumed and a possible marker prefix stays held.
+        """
+        state = self._state
+        held = self._prefix[state]
+        trans = self._trans
+        match = self._match
+        i = pos
+        for ch in text[pos:] if pos else text:
+            state = trans[state].get(ch, 0)
+            i += 1
+            if match[state] is not None:
+                marker = match[state]
+                self._state = 0
+                chunk = held + text[pos:i]
+                return chunk[: len(chunk) - len(marker)], marker, i
+        self._state = state
+        chunk = held + text[pos:]
+        return chunk[: len(chunk) - len(self._prefix[state])], None, i
+
+    def flush(self) -> str:
+        """End of stream: return the held tail as plain text and reset."""
+        held = self._prefix[self._state]
+        self._state = 0
+        return held
+
+    def reset(self) -> None:
+        """Forget the held tail (used when the text after a marker is parsed otherwise)."""
+        self._state = 0

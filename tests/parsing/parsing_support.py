@@ -1,0 +1,126 @@
+"""Shared helpers for the parser tests: run a parser over chunks and fold its events."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from responsekit.events import (
+    Event,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from responsekit.parsing import Parser
+
+CASES_PATH = Path(__file__).resolve().parents[1] / "data" / "formats" / "cases.jsonl"
+TEMPLATES_DIR = CASES_PATH.parent / "templates"
+
+
+def load_cases() -> list[dict[str, Any]]:
+    with CASES_PATH.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@dataclass
+class Call:
+    id: str
+    name: str
+    arguments: str = ""
+    ended: bool = False
+
+
+@dataclass
+class Folded:
+    """What a client would have assembled from the events."""
+
+    reasoning: str = ""
+    content: str = ""
+    calls: list[Call] = field(default_factory=list)
+
+    def comparable(self, keep_ids: bool) -> tuple[Any, ...]:
+        calls = tuple(
+            (c.id if keep_ids else None, c.name, c.arguments, c.ended) for c in self.calls
+        )
+        return (self.reasoning, self.content, calls)
+
+
+def fold(events: list[Event]) -> Folded:
+    """Fold events, asserting the stream is well formed."""
+    out = Folded()
+    open_index: int | None = None
+    for event in events:
+        if isinstance(event, ReasoningDelta):
+            assert open_index is None, "reasoning while a call is open"
+            assert event.text, "empty reasoning delta"
+            out.reasoning += event.text
+        elif isinstance(event, TextDelta):
+            assert open_index is None, "content while a call is open"
+            assert event.text, "empty text delta"
+            out.content += event.text
+        elif isinstance(event, ToolCallStart):
+            assert open_index is None, "call started while another is open"
+            assert event.index == len(out.calls), "call indices must count up from 0"
+            assert event.name, "call without a name"
+            assert event.id, "call without an id"
+            out.calls.append(Call(event.id, event.name))
+            open_index = event.index
+        elif isinstance(event, ToolCallDelta):
+            assert event.index == open_index, "arguments for a call that is not open"
+            assert event.arguments, "empty argument delta"
+            out.calls[event.index].arguments += event.arguments
+        elif isinstance(event, ToolCallEnd):
+            assert event.index == open_index, "end of a call that is not open"
+            out.calls[event.index].ended = True
+            open_index = None
+        else:
+            raise AssertionError(f"parsers must not produce {event!r}")
+    return out
+
+
+def run(
+    parser: Parser, chunks: list[str], *, finish: bool = True
+) -> Folded:
+    events: list[Event] = []
+    for chunk in chunks:
+        events.extend(parser.feed(chunk))
+    if finish:
+        events.extend(parser.finish())
+    return fold(events)
+
+
+def split_at(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c for c in cuts if 0 < c < len(text)})
+    bounds = [0, *points, len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def heal(prefix: str) -> Any:
+    """Parse a streamed argument prefix by closing its open string and containers.
+
+    Written independently of the parsers' own JSON machinery, on purpose: it only
+    closes, it never drops text, so it fails on a prefix that is not healable.
+    """
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in prefix:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            stack.pop()
+    if not prefix:
+        return {}
+    return json.loads(prefix + ('"' if in_string else "") + "".join(reversed(stack)))
