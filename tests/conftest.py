@@ -42,3 +42,13 @@ def settings(upstream: ScriptedUpstream) -> Settings:
 def server(upstream: ScriptedUpstream, settings: Settings) -> Iterator[Server]:
     with serve(create_app(settings)) as url:
         yield Server(url, upstream)
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A loopback port nothing listens on."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

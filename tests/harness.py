@@ -26,9 +26,9 @@ SPEC = json.loads((DATA / "spec_required.json").read_text())
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Run an ASGI app with uvicorn on a free loopback port; yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+def serve(app: Any, port: int = 0) -> Iterator[str]:
+    """Run an ASGI app with uvicorn on loopback (a free port by default); yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
