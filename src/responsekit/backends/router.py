@@ -42,10 +42,9 @@ class ModelRouter:
     async def start(self) -> None:
         await self.refresh()
         if not self.upstreams:
+            where = ", ".join(url for _, url in PROBE_TARGETS) if self.probing else "probing is off"
             log.warning(
-                "no upstream engine found (probed %s); starting anyway. "
-                "Start an engine there or pass --upstream URL.",
-                ", ".join(url for _, url in PROBE_TARGETS) if self.probing else "nothing",
+                "no upstream engine found (%s); starting anyway. Start one there or pass --upstream URL.", where
             )
 
     async def aclose(self) -> None:
