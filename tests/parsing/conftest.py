@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parsing_support import load_cases
+from .parsing_support import load_cases
 
 from responsekit.parsing import available_formats
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parsing_support import Folded, heal, load_cases, run, split_at
+from .parsing_support import Folded, heal, load_cases, run, split_at
 
 from responsekit.parsing import available_formats, get_parser
 

@@ -91,8 +91,11 @@ class EventBuffer:
 
     def take(self) -> list[Event]:
         """Return the events decided since the last call and start afresh."""
-        self._flush()
+        if self._parts:
+            self._flush()
         events = self._events
+        if not events:
+            return []
         self._events = []
         return events
 
@@ -115,10 +118,11 @@ class EventBuffer:
         self._pending[kind] = text[len(core) :]
 
     def _flush(self) -> None:
-        if not self._parts:
+        parts = self._parts
+        if not parts:
             return
-        joined = "".join(self._parts)
-        self._parts.clear()
+        joined = parts[0] if len(parts) == 1 else "".join(parts)
+        parts.clear()
         kind = self._kind
         if kind == _TEXT:
             self._events.append(TextDelta(joined))
