@@ -1,0 +1,184 @@
+"""Format behaviour beyond the corpus: leniency, typing, truncation, stop tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from responsekit.parsing import get_parser
+
+from .parsing_support import Folded, run
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "zip": {"type": "string"},
+                    "detailed": {"type": "boolean"},
+                    "hours": {"type": "array"},
+                },
+            },
+        },
+    }
+]
+
+
+def parse(fmt: str, raw: str, *, tools: Any = WEATHER, thinking_open: bool = False) -> Folded:
+    """Parse one-shot, per character and in 3-char pieces; all three must agree."""
+    results = []
+    for chunks in ([raw], list(raw), [raw[i : i + 3] for i in range(0, len(raw), 3)]):
+        parser = get_parser(fmt)(tools, thinking_open=thinking_open)
+        results.append(run(parser, chunks))
+    assert results[0].comparable(False) == results[1].comparable(False) == results[2].comparable(False)
+    return results[0]
+
+
+def args(result: Folded) -> list[Any]:
+    return [json.loads(c.arguments) for c in result.calls]
+
+
+def test_leaked_stop_tokens_are_stripped() -> None:
+    r = parse("hermes_json", "<think>a</think>Hello<|im_end|>")
+    assert (r.reasoning, r.content) == ("a", "Hello")
+    r = parse("deepseek_r1", "x</think>Done.<｜end▁of▁sentence｜>", thinking_open=True)
+    assert (r.reasoning, r.content) == ("x", "Done.")
+    r = parse("mistral_args", "Hi</s>")
+    assert r.content == "Hi"
+    r = parse("gpt_oss_harmony", "<|channel|>final<|message|>Bye<|return|>")
+    assert r.content == "Bye"
+
+
+def test_think_tag_later_in_content_is_text() -> None:
+    r = parse("think_tags", "Answer: use <think> tags.")
+    assert r.content == "Answer: use <think> tags." and r.reasoning == ""
+
+
+def test_qwen3_coder_values_are_typed_from_the_schema() -> None:
+    raw = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n<parameter=zip>\n007\n</parameter>\n"
+        "<parameter=detailed>\ntrue\n</parameter>\n<parameter=hours>\n[1, 2]\n</parameter>\n"
+        "</function>\n</tool_call>"
+    )
+    r = parse("qwen3_coder_xml", raw)
+    assert args(r) == [{"city": "Paris", "days": 3, "zip": "007", "detailed": True, "hours": [1, 2]}]
+
+
+def test_qwen3_coder_missing_closing_parameter_tags() -> None:
+    raw = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n<parameter=days>\n2\n"
+        "</function>\n</tool_call>\nDone."
+    )
+    r = parse("qwen3_coder_xml", raw)
+    assert args(r) == [{"city": "Paris", "days": 2}]
+    assert r.content == "Done."
+
+
+def test_qwen3_coder_several_functions_in_one_block() -> None:
+    raw = (
+        "<tool_call>\n<function=a>\n</function>\n<function=b>\n<parameter=k>\nv\n</parameter>\n"
+        "</function>\n</tool_call>"
+    )
+    r = parse("qwen3_coder_xml", raw, tools=())
+    assert [(c.name, json.loads(c.arguments)) for c in r.calls] == [("a", {}), ("b", {"k": "v"})]
+
+
+def test_hermes_arguments_before_name_and_negative_numbers() -> None:
+    raw = '<tool_call>\n{"arguments": {"days": -3, "city": "Oslo"}, "name": "get_weather"}\n</tool_call>'
+    r = parse("hermes_json", raw)
+    assert [c.name for c in r.calls] == ["get_weather"]
+    assert args(r) == [{"days": -3, "city": "Oslo"}]
+
+
+def test_hermes_malformed_body_is_dropped_and_parsing_goes_on() -> None:
+    raw = (
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {'city': 'Rome'}}\n</tool_call>\n"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    )
+    r = parse("hermes_json", raw)
+    assert args(r) == [{}, {"city": "Oslo"}]
+    assert r.content == ""
+
+
+def test_hermes_bare_json_that_is_not_a_call_stays_content() -> None:
+    raw = '{"name": "Bob", "age": 3}'
+    assert parse("hermes_json", raw).content == raw
+    assert parse("hermes_json", raw, tools=()).content == raw
+
+
+def test_truncated_calls_are_completed_to_valid_json() -> None:
+    cases = {
+        "hermes_json": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+        "qwen3_coder_xml": "<tool_call>\n<function=get_weather>\n<parameter=days>\n1",
+        "deepseek_r1": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"hours\": [1, 2",
+        "mistral_args": '[TOOL_CALLS]get_weather[ARGS]{"city": "Par',
+        "gpt_oss_harmony": '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Par',
+    }
+    for fmt, raw in cases.items():
+        r = parse(fmt, raw)
+        assert [c.name for c in r.calls] == ["get_weather"], fmt
+        assert r.calls[0].ended, fmt
+        json.loads(r.calls[0].arguments)
+
+
+def test_deepseek_r1_without_a_fence_and_several_calls() -> None:
+    raw = (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        '{"city": "Paris"}<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>'
+        'get_weather\n```json\n{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    )
+    assert args(parse("deepseek_r1", raw)) == [{"city": "Paris"}, {"city": "Rome"}]
+
+
+def test_deepseek_r1_markers_inside_reasoning_are_text() -> None:
+    raw = "I could write <｜tool▁calls▁begin｜> here.</think>Ok."
+    r = parse("deepseek_r1", raw, thinking_open=True)
+    assert r.reasoning == "I could write <｜tool▁calls▁begin｜> here." and r.calls == []
+
+
+def test_mistral_args_marker_stripped_by_the_tokenizer() -> None:
+    r = parse("mistral_args", 'Checking.[TOOL_CALLS]get_weather{"city": "Paris"}')
+    assert r.content == "Checking." and args(r) == [{"city": "Paris"}]
+
+
+def test_mistral_args_parallel_calls_with_ids() -> None:
+    raw = (
+        '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Paris"}'
+        '[TOOL_CALLS]get_weather[CALL_ID]Zx9Yw8Vu7[ARGS]{"city": "Tokyo"}'
+    )
+    r = parse("mistral_args", raw)
+    assert [c.id for c in r.calls] == ["a1B2c3D4e", "Zx9Yw8Vu7"]
+    assert args(r) == [{"city": "Paris"}, {"city": "Tokyo"}]
+
+
+def test_harmony_recipient_in_the_role_header_and_on_analysis() -> None:
+    raw = (
+        "<|channel|>analysis<|message|>Think.<|end|>"
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+        '{"city": "Paris"}<|call|>'
+    )
+    r = parse("gpt_oss_harmony", raw)
+    assert r.reasoning == "Think." and args(r) == [{"city": "Paris"}]
+    raw = '<|channel|>analysis to=functions.get_weather<|message|>{"city": "Oslo"}'
+    assert args(parse("gpt_oss_harmony", raw)) == [{"city": "Oslo"}]
+
+
+def test_harmony_preamble_is_content_and_thinking_open_starts_in_analysis() -> None:
+    raw = "<|channel|>commentary<|message|>Let me check.<|end|>"
+    assert parse("gpt_oss_harmony", raw).content == "Let me check."
+    r = parse("gpt_oss_harmony", "still thinking<|end|><|start|>assistant<|channel|>final<|message|>4",
+              thinking_open=True)
+    assert (r.reasoning, r.content) == ("still thinking", "4")
+
+
+def test_generated_ids_are_unique_and_stable() -> None:
+    raw = '[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{}'
+    r = parse("mistral_args", raw, tools=())
+    assert len({c.id for c in r.calls}) == 2
+    assert all(c.id.startswith("call_") for c in r.calls)
