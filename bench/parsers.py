@@ -83,7 +83,7 @@ def _code(rng: random.Random, chars: int) -> str:
                 f"{indent}x = {{'a': {rng.randint(-99, 99)}, \"b\": [1, 2]}}  # </tool_call> ```",
                 f"{indent}if value < limit and path != '\\\\tmp':",
                 f"{indent}return f'{{name}}\\t{{value}}'",
-                f"{indent}<div class=\"row\">{_prose(rng, 20)}</div>",
+                f'{indent}<div class="row">{_prose(rng, 20)}</div>',
             )
         )
         lines.append(line)
@@ -213,10 +213,14 @@ def main() -> int:
             f"{small_per_token:>12.2f}{per_token:>13.2f}{growth:>8.2f}"
         )
     linear = worst_growth < 1.5
-    print(f"\nlinear (cost per token does not grow with the output): "
-          f"{'yes' if linear else 'NO'} (worst growth {worst_growth:.2f})")
-    print(f"token-by-token / at-once under 2: {'yes' if worst_ratio < 2 else 'NO'} "
-          f"(worst {worst_ratio:.2f})")
+    print(
+        f"\nlinear (cost per token does not grow with the output): "
+        f"{'yes' if linear else 'NO'} (worst growth {worst_growth:.2f})"
+    )
+    print(
+        f"token-by-token / at-once under 2: {'yes' if worst_ratio < 2 else 'NO'} "
+        f"(worst {worst_ratio:.2f})"
+    )
     return 0 if linear and worst_ratio < 2 else 1
 
 

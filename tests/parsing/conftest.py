@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .parsing_support import load_cases
-
 from responsekit.parsing import available_formats
+
+from .parsing_support import load_cases
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -19,4 +19,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         f"{runnable}/{len(cases)} corpus cases run against {len(registered)} registered formats"
     )
     if pending:
-        terminalreporter.write_line(f"formats without a parser ({len(pending)}): {', '.join(pending)}")
+        terminalreporter.write_line(
+            f"formats without a parser ({len(pending)}): {', '.join(pending)}"
+        )

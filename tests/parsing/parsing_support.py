@@ -82,9 +82,7 @@ def fold(events: list[Event]) -> Folded:
     return out
 
 
-def run(
-    parser: Parser, chunks: list[str], *, finish: bool = True
-) -> Folded:
+def run(parser: Parser, chunks: list[str], *, finish: bool = True) -> Folded:
     events: list[Event] = []
     for chunk in chunks:
         events.extend(parser.feed(chunk))
@@ -96,7 +94,7 @@ def run(
 def split_at(text: str, cuts: list[int]) -> list[str]:
     points = sorted({c for c in cuts if 0 < c < len(text)})
     bounds = [0, *points, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def heal(prefix: str) -> Any:

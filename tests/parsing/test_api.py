@@ -112,8 +112,14 @@ def test_model_names(model: str, fmt: str | None) -> None:
 def test_get_parser_and_available_formats() -> None:
     names = available_formats()
     assert names == sorted(names)
-    assert {"think_tags", "hermes_json", "qwen3_coder_xml", "deepseek_r1", "mistral_args",
-            "gpt_oss_harmony"} <= set(names)
+    assert {
+        "think_tags",
+        "hermes_json",
+        "qwen3_coder_xml",
+        "deepseek_r1",
+        "mistral_args",
+        "gpt_oss_harmony",
+    } <= set(names)
     for name in names:
         cls = get_parser(name)
         assert issubclass(cls, Parser) and cls.name == name

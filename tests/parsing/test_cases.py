@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from .parsing_support import Folded, heal, load_cases, run, split_at
 
 from responsekit.parsing import available_formats, get_parser
+
+from .parsing_support import Folded, heal, load_cases, run, split_at
 
 CASES = load_cases()
 REGISTERED = set(available_formats())
@@ -24,11 +25,32 @@ REGISTERED = set(available_formats())
 # Catalogue formats whose parser is still to be written (issue 4).  Remove a format
 # from here in the change that registers it.
 PENDING_FORMATS = {
-    "apertus", "command_r7b", "deepseek_v3_1", "deepseek_v3_2_dsml", "firefunction_v2",
-    "functiongemma", "functionary_v3_1", "functionary_v3_2", "gemma4", "generic_json",
-    "glm_4_5", "glm_4_7", "granite_3", "kimi_k2", "lfm2_pythonic", "llama3_builtin_python_tag",
-    "llama3_json", "llama4_pythonic", "minimax_m2", "mistral_json_array",
-    "nemotron_toolcall", "olmo3_pythonic", "phi4_mini", "pythonic", "seed_oss", "xlam",
+    "apertus",
+    "command_r7b",
+    "deepseek_v3_1",
+    "deepseek_v3_2_dsml",
+    "firefunction_v2",
+    "functiongemma",
+    "functionary_v3_1",
+    "functionary_v3_2",
+    "gemma4",
+    "generic_json",
+    "glm_4_5",
+    "glm_4_7",
+    "granite_3",
+    "kimi_k2",
+    "lfm2_pythonic",
+    "llama3_builtin_python_tag",
+    "llama3_json",
+    "llama4_pythonic",
+    "minimax_m2",
+    "mistral_json_array",
+    "nemotron_toolcall",
+    "olmo3_pythonic",
+    "phi4_mini",
+    "pythonic",
+    "seed_oss",
+    "xlam",
 }
 
 RUNNABLE = [c for c in CASES if c["format"] in REGISTERED]
@@ -48,7 +70,7 @@ def _check_expected(result: Folded, case: dict[str, Any]) -> None:
     assert _norm(result.reasoning) == expected["reasoning_content"]
     assert _norm(result.content) == expected["content"]
     assert [c.name for c in result.calls] == [c["name"] for c in expected["tool_calls"]]
-    for call, want in zip(result.calls, expected["tool_calls"]):
+    for call, want in zip(result.calls, expected["tool_calls"], strict=True):
         if case["partial"]:
             arguments = heal(call.arguments)
         else:

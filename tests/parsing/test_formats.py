@@ -35,7 +35,9 @@ def parse(fmt: str, raw: str, *, tools: Any = WEATHER, thinking_open: bool = Fal
     for chunks in ([raw], list(raw), [raw[i : i + 3] for i in range(0, len(raw), 3)]):
         parser = get_parser(fmt)(tools, thinking_open=thinking_open)
         results.append(run(parser, chunks))
-    assert results[0].comparable(False) == results[1].comparable(False) == results[2].comparable(False)
+    assert (
+        results[0].comparable(False) == results[1].comparable(False) == results[2].comparable(False)
+    )
     return results[0]
 
 
@@ -67,7 +69,9 @@ def test_qwen3_coder_values_are_typed_from_the_schema() -> None:
         "</function>\n</tool_call>"
     )
     r = parse("qwen3_coder_xml", raw)
-    assert args(r) == [{"city": "Paris", "days": 3, "zip": "007", "detailed": True, "hours": [1, 2]}]
+    assert args(r) == [
+        {"city": "Paris", "days": 3, "zip": "007", "detailed": True, "hours": [1, 2]}
+    ]
 
 
 def test_qwen3_coder_missing_closing_parameter_tags() -> None:
@@ -90,7 +94,10 @@ def test_qwen3_coder_several_functions_in_one_block() -> None:
 
 
 def test_hermes_arguments_before_name_and_negative_numbers() -> None:
-    raw = '<tool_call>\n{"arguments": {"days": -3, "city": "Oslo"}, "name": "get_weather"}\n</tool_call>'
+    raw = (
+        '<tool_call>\n{"arguments": {"days": -3, "city": "Oslo"}, "name": "get_weather"}\n'
+        "</tool_call>"
+    )
     r = parse("hermes_json", raw)
     assert [c.name for c in r.calls] == ["get_weather"]
     assert args(r) == [{"days": -3, "city": "Oslo"}]
@@ -98,7 +105,7 @@ def test_hermes_arguments_before_name_and_negative_numbers() -> None:
 
 def test_hermes_malformed_body_is_dropped_and_parsing_goes_on() -> None:
     raw = (
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {'city': 'Rome'}}\n</tool_call>\n"
+        '<tool_call>\n{"name": "get_weather", "arguments": {\'city\': \'Rome\'}}\n</tool_call>\n'
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     )
     r = parse("hermes_json", raw)
@@ -116,9 +123,15 @@ def test_truncated_calls_are_completed_to_valid_json() -> None:
     cases = {
         "hermes_json": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
         "qwen3_coder_xml": "<tool_call>\n<function=get_weather>\n<parameter=days>\n1",
-        "deepseek_r1": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"hours\": [1, 2",
+        "deepseek_r1": (
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            '```json\n{"hours": [1, 2'
+        ),
         "mistral_args": '[TOOL_CALLS]get_weather[ARGS]{"city": "Par',
-        "gpt_oss_harmony": '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Par',
+        "gpt_oss_harmony": (
+            "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+            '{"city": "Par'
+        ),
     }
     for fmt, raw in cases.items():
         r = parse(fmt, raw)
@@ -172,13 +185,16 @@ def test_harmony_recipient_in_the_role_header_and_on_analysis() -> None:
 def test_harmony_preamble_is_content_and_thinking_open_starts_in_analysis() -> None:
     raw = "<|channel|>commentary<|message|>Let me check.<|end|>"
     assert parse("gpt_oss_harmony", raw).content == "Let me check."
-    r = parse("gpt_oss_harmony", "still thinking<|end|><|start|>assistant<|channel|>final<|message|>4",
-              thinking_open=True)
+    r = parse(
+        "gpt_oss_harmony",
+        "still thinking<|end|><|start|>assistant<|channel|>final<|message|>4",
+        thinking_open=True,
+    )
     assert (r.reasoning, r.content) == ("still thinking", "4")
 
 
 def test_generated_ids_are_unique_and_stable() -> None:
-    raw = '[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{}'
+    raw = "[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{}"
     r = parse("mistral_args", raw, tools=())
     assert len({c.id for c in r.calls}) == 2
     assert all(c.id.startswith("call_") for c in r.calls)

@@ -90,10 +90,14 @@ def test_top_level_number_ends_at_its_delimiter_or_at_close() -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -141,7 +145,9 @@ def test_call_starts_when_the_name_is_complete_and_args_stream() -> None:
     reader, events = reader_events('{"name": "get_weather", "arguments": {"city": "Paris"}}')
     assert reader.done
     assert isinstance(events[0], ToolCallStart) and events[0].name == "get_weather"
-    assert "".join(e.arguments for e in events if isinstance(e, ToolCallDelta)) == '{"city": "Paris"}'
+    assert (
+        "".join(e.arguments for e in events if isinstance(e, ToolCallDelta)) == '{"city": "Paris"}'
+    )
 
 
 def test_arguments_before_the_name_are_held_until_it_arrives() -> None:

@@ -35,13 +35,13 @@ def calls(folded: Folded) -> list[tuple[str, object]]:
 
 
 SOURCE = (
-    "[get_weather(city=\"Paris\", days=-3, hours=[1, 2], ok=True, x=None), "
+    '[get_weather(city="Paris", days=-3, hours=[1, 2], ok=True, x=None), '
     "search(query='it\\'s \\u00e9 \"q\"', limit=5, opts={'a': (1, 2)}, json_style=true), "
-    "now(), doc(text=\"\"\"a \"quoted\" \"\" line\nnext\"\"\", empty='')]"
+    'now(), doc(text="""a "quoted" "" line\nnext""", empty=\'\')]'
 )
 EXPECTED = [
     ("get_weather", {"city": "Paris", "days": -3, "hours": [1, 2], "ok": True, "x": None}),
-    ("search", {"query": "it's é \"q\"", "limit": 5, "opts": {"a": [1, 2]}, "json_style": True}),
+    ("search", {"query": 'it\'s é "q"', "limit": 5, "opts": {"a": [1, 2]}, "json_style": True}),
     ("now", {}),
     ("doc", {"text": 'a "quoted" "" line\nnext', "empty": ""}),
 ]
@@ -49,7 +49,9 @@ EXPECTED = [
 
 @pytest.mark.parametrize("step", [0, 1, 2, 3, 7])
 def test_calls_and_literals_under_splits(step: int) -> None:
-    chunks = [SOURCE + " tail"] if step == 0 else split_at(SOURCE + " tail", list(range(0, 400, step)))
+    chunks = (
+        [SOURCE + " tail"] if step == 0 else split_at(SOURCE + " tail", list(range(0, 400, step)))
+    )
     folded, rest = read_list(chunks)
     assert calls(folded) == EXPECTED
     assert rest == " tail"

@@ -31,7 +31,11 @@ TOOLS = [
         "type": "function",
         "function": {
             "name": "f",
-            "parameters": {"type": "object", "properties": PROPS, "$defs": {"Count": {"type": "int"}}},
+            "parameters": {
+                "type": "object",
+                "properties": PROPS,
+                "$defs": {"Count": {"type": "int"}},
+            },
         },
     }
 ]
@@ -92,7 +96,7 @@ def write(pairs: list[tuple[str, list[str]]]) -> list[str]:
 
 
 def test_string_values_stream_and_typed_values_wait_for_their_end() -> None:
-    pieces = write([("zip", ["0", "07 \"q\"\n"]), ("n", ["1", "2"]), ("flag", ["true"])])
+    pieces = write([("zip", ["0", '07 "q"\n']), ("n", ["1", "2"]), ("flag", ["true"])])
     assert pieces[:4] == ["{", "", '"zip": "0', '07 \\"q\\"\\n']
     assert pieces[5:7] == ["", ""]  # `1`, then `12`: not emitted before the value ends
     text = "".join(pieces)

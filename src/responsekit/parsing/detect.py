@@ -105,8 +105,10 @@ def model_format(model: str) -> str | None:
 def detect_format(template: str | None = None, model: str | None = None) -> str | None:
     """The registered format for a chat template (preferred) or model name, or None."""
     registered = set(available_formats())
-    for found in (template_format(template) if template else None,
-                  model_format(model) if model else None):
+    for found in (
+        template_format(template) if template else None,
+        model_format(model) if model else None,
+    ):
         if found in registered:
             return found
     return None

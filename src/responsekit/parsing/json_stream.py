@@ -379,9 +379,25 @@ class JsonCallReader:
     """
 
     __slots__ = (
-        "_out", "_name_keys", "_args_keys", "_id_keys", "_names", "_state", "_key",
-        "_value", "_role", "_capture", "_held", "name", "call_id", "done", "failed",
-        "rejected", "started", "_seen_args", "_strict",
+        "_out",
+        "_name_keys",
+        "_args_keys",
+        "_id_keys",
+        "_names",
+        "_state",
+        "_key",
+        "_value",
+        "_role",
+        "_capture",
+        "_held",
+        "name",
+        "call_id",
+        "done",
+        "failed",
+        "rejected",
+        "started",
+        "_seen_args",
+        "_strict",
     )
 
     def __init__(
@@ -457,9 +473,12 @@ class JsonCallReader:
                 self._capture.clear()
                 self._key = JsonValueStreamer()
                 self._role = (
-                    "name" if key in self._name_keys
-                    else "args" if key in self._args_keys
-                    else "id" if key in self._id_keys
+                    "name"
+                    if key in self._name_keys
+                    else "args"
+                    if key in self._args_keys
+                    else "id"
+                    if key in self._id_keys
                     else ""
                 )
                 self._value = None
@@ -479,9 +498,8 @@ class JsonCallReader:
 
     def close(self) -> None:
         """End of stream inside the envelope: complete what was emitted."""
-        if self.started and isinstance(self._value, (JsonValueStreamer, JsonStringArgs)):
-            if self._role == "args" and self._state == 3:
-                self._out.args(self._value.close())
+        if self.started and self._value is not None and self._role == "args" and self._state == 3:
+            self._out.args(self._value.close())
         if self.started and not self._seen_args:
             self._out.args("{}")
 

@@ -63,7 +63,7 @@ class MarkerScanner:
 
     __slots__ = ("markers", "_trans", "_match", "_prefix", "_state")
 
-    def __init__(self, markers: Iterable[str]) -> None:
+    def __init__(self, markers: Iterable[str | None]) -> None:
         self.markers: tuple[str, ...] = tuple(dict.fromkeys(m for m in markers if m))
         self._trans, self._match, self._prefix = _compile(self.markers)
         self._state = 0
@@ -89,8 +89,8 @@ class MarkerScanner:
         for ch in text[pos:] if pos else text:
             state = trans[state].get(ch, 0)
             i += 1
-            if match[state] is not None:
-                marker = match[state]
+            marker = match[state]
+            if marker is not None:
                 self._state = 0
                 chunk = held + text[pos:i]
                 return chunk[: len(chunk) - len(marker)], marker, i

@@ -26,8 +26,20 @@ _OPEN = {"(": ")", "[": "]", "{": "}"}
 _ESCAPE_DIGITS = {"x": 2, "u": 4, "U": 8}
 
 # Reader states.
-(_NAME_WS, _NAME_CHARS, _ARGS, _KEY, _EQUALS, _VALUE, _QUOTE1, _QUOTE2, _STR, _ESC, _OTHER,
- _AFTER) = range(12)
+(
+    _NAME_WS,
+    _NAME_CHARS,
+    _ARGS,
+    _KEY,
+    _EQUALS,
+    _VALUE,
+    _QUOTE1,
+    _QUOTE2,
+    _STR,
+    _ESC,
+    _OTHER,
+    _AFTER,
+) = range(12)
 _DONE = 100
 _FAIL = 101
 
@@ -71,8 +83,20 @@ class PythonCallReader:
     Positional arguments are read and ignored (no parameter name to give them).
     """
 
-    __slots__ = ("_out", "_state", "_chars", "_key", "_sep", "_quote", "_triple",
-                 "_quotes", "_esc", "_depth", "_inner_quote", "name")
+    __slots__ = (
+        "_out",
+        "_state",
+        "_chars",
+        "_key",
+        "_sep",
+        "_quote",
+        "_triple",
+        "_quotes",
+        "_esc",
+        "_depth",
+        "_inner_quote",
+        "name",
+    )
 
     def __init__(self, out: EventBuffer) -> None:
         self._out = out
@@ -155,7 +179,7 @@ class PythonCallReader:
             return i
         if c in _WS and state != _NAME_CHARS:
             return i + 1
-        if state == _NAME_WS or state == _NAME_CHARS:
+        if state in (_NAME_WS, _NAME_CHARS):
             if c in _NAME:
                 self._chars.append(c)
                 self._state = _NAME_CHARS

@@ -42,11 +42,15 @@ class TaggedParser(StreamParser):
         self._reasoning_scan = MarkerScanner(
             (*tags, *cls.stop_tokens, *(cls.call_markers if cls.calls_in_reasoning else ()))
         )
-        self._content_scan = MarkerScanner((cls.reasoning_open, *cls.call_markers, *cls.stop_tokens))
+        self._content_scan = MarkerScanner(
+            (cls.reasoning_open, *cls.call_markers, *cls.stop_tokens)
+        )
         self._said_reasoning = False
         self._said_content = False
         self._resume: Handler = self._content
-        self.handler = self._reasoning if thinking_open and cls.reasoning_close else self._content_start
+        self.handler = (
+            self._reasoning if thinking_open and cls.reasoning_close else self._content_start
+        )
 
     @classmethod
     def thinking_open_in(cls, prompt: str) -> bool:

@@ -1,7 +1,8 @@
 """`gpt_oss_harmony`: gpt-oss-20b/120b (OpenAI harmony messages).
 
     <|channel|>analysis<|message|>…<|end|><|start|>assistant<|channel|>final<|message|>…
-    <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}<|call|>
+    <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}
+    <|call|>
 
 Each message is a header (role, channel, recipient, constraint) and a body.  The
 analysis channel is reasoning; final and recipient-less commentary (a preamble) are

@@ -1,4 +1,4 @@
-"""`think_tags`: `<think>…</think>` reasoning and no tool calls (QwQ, R1 distills, Phi-4-reasoning)."""
+"""`think_tags`: `<think>…</think>` reasoning, no tool calls (QwQ, R1 distills, Phi-4-reasoning)."""
 
 from __future__ import annotations
 
