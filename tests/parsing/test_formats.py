@@ -198,3 +198,18 @@ def test_generated_ids_are_unique_and_stable() -> None:
     r = parse("mistral_args", raw, tools=())
     assert len({c.id for c in r.calls}) == 2
     assert all(c.id.startswith("call_") for c in r.calls)
+
+
+def test_a_call_without_a_name_is_no_call() -> None:
+    r = parse("mistral_args", '[TOOL_CALLS][ARGS]{"a": 1}Then text.')
+    assert r.calls == [] and r.content == "Then text."
+
+
+def test_long_whitespace_runs_inside_content_are_kept() -> None:
+    r = parse("hermes_json", "A" + "\n" * 500 + "B\n\n")
+    assert r.content == "A" + "\n" * 500 + "B"
+
+
+def test_double_encoded_arguments_that_are_not_json_give_an_empty_object() -> None:
+    raw = '<tool_call>\n{"name": "get_weather", "arguments": "Paris"}\n</tool_call>'
+    assert args(parse("hermes_json", raw)) == [{}]

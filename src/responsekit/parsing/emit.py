@@ -37,7 +37,7 @@ class EventBuffer:
         self._kind = -1
         self._parts: list[str] = []
         self._started = [False, False]
-        self._pending = ["", ""]
+        self._pending: tuple[list[str], list[str]] = ([], [])  # held trailing whitespace
         self._open: int | None = None
         self._count = 0
 
@@ -61,10 +61,16 @@ class EventBuffer:
         if text:
             self._prose(_TEXT, text)
 
-    def start_call(self, name: str, call_id: str | None = None) -> int:
-        """Open a tool call; ends a call still open.  Returns its index."""
+    def start_call(self, name: str, call_id: str | None = None) -> int | None:
+        """Open a tool call; ends a call still open.  Returns its index.
+
+        A call without a name is no call: nothing is emitted, its arguments are
+        ignored, and None is returned.
+        """
         if self._open is not None:
             self.end_call()
+        if not name:
+            return None
         self._flush()
         index = self._count
         self._count += 1
@@ -106,16 +112,19 @@ class EventBuffer:
                 return
             self._started[kind] = True
         core = text.rstrip()
+        pending = self._pending[kind]
         if not core:
-            self._pending[kind] += text
+            pending.append(text)
             return
         if self._kind != kind:
             self._flush()
             self._kind = kind
-        if self._pending[kind]:
-            self._parts.append(self._pending[kind])
+        if pending:
+            self._parts.extend(pending)
+            pending.clear()
         self._parts.append(core)
-        self._pending[kind] = text[len(core) :]
+        if len(core) < len(text):
+            pending.append(text[len(core) :])
 
     def _flush(self) -> None:
         parts = self._parts

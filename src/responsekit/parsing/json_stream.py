@@ -304,15 +304,18 @@ class JsonStringArgs:
     """Arguments double-encoded as a JSON string (`"arguments": "{\\"a\\": 1}"`).
 
     Decodes the string as it streams and feeds the decoded text to an inner
-    `JsonValueStreamer`, so the emitted arguments are the decoded JSON object.
+    `JsonValueStreamer`, so the emitted arguments are the decoded JSON object.  The
+    string is always read to its closing quote; if its content is not JSON, the
+    arguments are completed as emitted so far (`{}` at worst).
     """
 
-    __slots__ = ("_inner", "_state", "_hex", "_mode")
+    __slots__ = ("_inner", "_state", "_hex", "_high", "_mode")
 
     def __init__(self) -> None:
         self._inner = JsonValueStreamer()
         self._state = 0  # 0: before the opening quote, 1: in string, 2: escape, 3: \\u
         self._hex: list[str] = []
+        self._high = ""  # a decoded high surrogate waiting for its pair
         self._mode = 0  # 0 running, 1 done, 2 failed
 
     @property
@@ -322,7 +325,7 @@ class JsonStringArgs:
 
     @property
     def failed(self) -> bool:
-        """The string or the JSON inside it is malformed."""
+        """The value is not a string."""
         return self._mode == 2
 
     def feed(self, text: str, pos: int = 0) -> tuple[str, int]:
@@ -350,16 +353,25 @@ class JsonStringArgs:
             elif state == 3:
                 self._hex.append(c)
                 if len(self._hex) == 4:
-                    decoded.append(chr(int("".join(self._hex), 16)))
                     self._state = 1
+                    code = int("".join(self._hex), 16) if _HEX.issuperset(self._hex) else 0xFFFD
+                    if 0xD800 <= code < 0xDC00:
+                        self._high = chr(code)
+                        continue
+                    if self._high and 0xDC00 <= code < 0xE000:
+                        pair = (self._high + chr(code)).encode("utf-16", "surrogatepass")
+                        decoded.append(pair.decode("utf-16"))
+                    else:
+                        decoded.append(chr(code))
+                    self._high = ""
             elif c == '"':
                 self._state = 1
             elif c not in _WS:
                 self._mode = 2
                 i -= 1
         emitted, _ = self._inner.feed("".join(decoded))
-        if self._inner.failed:
-            self._mode = 2
+        if self._mode == 1 and not self._inner.done:
+            emitted += self._inner.close()
         return emitted, i
 
     def close(self, default: str = "{}") -> str:

@@ -1,0 +1,138 @@
+"""Robustness: any text made of a format's fragments parses without error, the same way
+under any chunking, and every call finishes with valid JSON arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from responsekit.parsing import available_formats, get_parser
+
+from .parsing_support import heal, run, split_at
+
+COMMON = [
+    "a",
+    " ",
+    "\n",
+    "x y",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "\\",
+    ":",
+    ",",
+    "-1",
+    "2.5e3",
+    "true",
+    "null",
+    '"k"',
+    '"v"',
+    "<",
+    ">",
+    "</",
+    "é",
+    "😀",
+    "\\u00e9",
+    "```",
+    "```json\n",
+]
+FRAGMENTS = {
+    "think_tags": ["<think>", "</think>", "<|im_end|>"],
+    "hermes_json": [
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        '{"name": "f", "arguments": ',
+        '"arguments": ',
+        '"name": "f"',
+        "<|im_end|>",
+    ],
+    "qwen3_coder_xml": [
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "<function=f>",
+        "</function>",
+        "<parameter=n>",
+        "<parameter=s>",
+        "</parameter>",
+        "\n</parameter>",
+        "\n<parameter=s>",
+    ],
+    "deepseek_r1": [
+        "<think>",
+        "</think>",
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁call▁begin｜>",
+        "function",
+        "<｜tool▁sep｜>",
+        "f\n",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁end｜>",
+        "<｜tool▁calls｜>",
+    ],
+    "mistral_args": [
+        "[THINK]",
+        "[/THINK]",
+        "[TOOL_CALLS]",
+        "f",
+        "[ARGS]",
+        "[CALL_ID]",
+        "abc",
+        "</s>",
+    ],
+    "gpt_oss_harmony": [
+        "<|start|>assistant",
+        "<|channel|>",
+        "analysis",
+        "final",
+        "commentary",
+        " to=functions.f",
+        " <|constrain|>json",
+        "<|message|>",
+        "<|end|>",
+        "<|call|>",
+        "<|return|>",
+    ],
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"properties": {"n": {"type": "integer"}, "s": {"type": "string"}}},
+        },
+    }
+]
+
+
+def test_every_registered_format_is_fuzzed() -> None:
+    assert set(FRAGMENTS) == set(available_formats())
+
+
+@pytest.mark.parametrize("fmt", sorted(FRAGMENTS))
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_fragment_soup(fmt: str, data: st.DataObject) -> None:
+    pieces = data.draw(st.lists(st.sampled_from(COMMON + FRAGMENTS[fmt]), max_size=30))
+    raw = "".join(pieces)
+    thinking_open = data.draw(st.booleans())
+    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=20))
+    cls = get_parser(fmt)
+
+    whole = run(cls(TOOLS, thinking_open=thinking_open), [raw])
+    split = run(cls(TOOLS, thinking_open=thinking_open), split_at(raw, cuts))
+    assert split.comparable(False) == whole.comparable(False)
+    for call in whole.calls:
+        assert call.ended
+        json.loads(call.arguments)
+    snapshot = run(cls(TOOLS, thinking_open=thinking_open), split_at(raw, cuts), finish=False)
+    for call in snapshot.calls:
+        heal(call.arguments)
