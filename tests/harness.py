@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -12,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
@@ -44,6 +50,56 @@ def serve(app: Any, port: int = 0) -> Iterator[str]:
         thread.join(10)
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_cli(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """`responsekit serve` as its own process on a free port; returns it and its base URL once it answers.
+
+    Its output goes to a file (a pipe nobody reads would block the server once full);
+    `output(process)` reads it.
+    """
+    port = free_port()
+    log = tempfile.NamedTemporaryFile("w+", prefix="responsekit-", suffix=".log", delete=False)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "responsekit", "serve", "--port", str(port), *args],
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    process.log_path = log.name  # type: ignore[attr-defined]
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            httpx.get(f"{url}/health", timeout=1)
+            return process, url
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise AssertionError(output(process)) from None
+            time.sleep(0.1)
+
+
+def output(process: subprocess.Popen[str]) -> str:
+    """What a process started by `start_cli` has printed so far."""
+    return Path(process.log_path).read_text()  # type: ignore[attr-defined]
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> Any:
+    """Poll until `condition()` is truthy; returns its value."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+    return value
+
+
 def exchange(name: str) -> dict[str, Any]:
     """A recorded upstream exchange (the `--record` format) from tests/data/exchanges."""
     return json.loads((DATA / "exchanges" / f"{name}.json").read_text())
@@ -62,6 +118,14 @@ def text_exchange(text: str, *, reasoning: str = "", pieces: int = 3) -> dict[st
     chunks.append(chunk({}, "stop", usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}))
     chunks.append("[DONE]")
     return {"status": 200, "chunks": [{"t": 0, "data": data} for data in chunks]}
+
+
+def slow_exchange(pieces: int, seconds_each: float, letter: str = "x") -> dict[str, Any]:
+    """A text answer of `pieces` one-letter deltas, `seconds_each` apart (with `time_scale = 1`)."""
+    exchange = text_exchange(letter * pieces, pieces=1)
+    for position, chunk in enumerate(exchange["chunks"]):
+        chunk["t"] = position * seconds_each
+    return exchange
 
 
 class ScriptedUpstream:
@@ -84,6 +148,8 @@ class ScriptedUpstream:
         self.app = Starlette(routes=[
             Route("/v1/models", self._models),
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/tokenize", self._tokenize, methods=["POST"]),
+            Route("/apply-template", self._apply_template, methods=["POST"]),
         ])  # fmt: skip
 
     def push(self, *exchanges: dict[str, Any]) -> None:
@@ -92,6 +158,19 @@ class ScriptedUpstream:
     async def _models(self, request: Request) -> JSONResponse:
         data = [{"id": name, "object": "model", "created": 0, "owned_by": self.owned_by} for name in self.models]
         return JSONResponse({"object": "list", "data": data})
+
+    async def _tokenize(self, request: Request) -> JSONResponse:
+        """vLLM's shape when given messages (one token per word here), llama.cpp's when given content."""
+        body = await request.json()
+        if "messages" in body:
+            words = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
+            return JSONResponse({"count": words + 3 * len(body["messages"]), "max_model_len": 4096, "tokens": []})
+        return JSONResponse({"tokens": list(range(len(body["content"].split())))})
+
+    async def _apply_template(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        prompt = " ".join(f"<|{m['role']}|> {m.get('content') or ''}" for m in body["messages"])
+        return JSONResponse({"prompt": prompt + " <|assistant|>"})
 
     async def _chat(self, request: Request) -> HTTPResponse:
         body = await request.json()
@@ -210,7 +289,8 @@ def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
     for event in events:
         check_event(event)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert events[0]["type"] == "response.created" and events[0]["response"]["status"] == "in_progress"
+    assert events[0]["type"] == "response.created"
+    assert events[0]["response"]["status"] == ("queued" if events[0]["response"]["background"] else "in_progress")
     assert events[1]["type"] == "response.in_progress"
     terminal = [e for e in events if e["type"] in TERMINAL]
     assert len(terminal) == 1 and terminal[0] is events[-1], "exactly one terminal event, at the end"

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from .harness import check_chat_chunk, check_chat_completion, exchange, read_sse
+from .harness import check_chat_chunk, check_chat_completion, exchange
 
 
 def chat_stream(server, body: dict) -> list[dict]:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -15,22 +13,7 @@ import pytest
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
-from .harness import check_response, check_stream, read_sse, serve, strip_ids, text_exchange
-
-
-def slow_exchange(pieces: int, seconds_each: float) -> dict:
-    exchange = text_exchange("x" * pieces, pieces=1)
-    for position, chunk in enumerate(exchange["chunks"]):
-        chunk["t"] = position * seconds_each
-    return exchange
-
-
-def wait_for(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
+from .harness import check_stream, output, read_sse, serve, slow_exchange, start_cli, strip_ids, text_exchange, wait_for
 
 
 def test_stream_disconnect_cancels_the_engine_request(server):
@@ -54,36 +37,6 @@ def test_non_streaming_disconnect_cancels_the_engine_request(server):
     wait_for(lambda: server.upstream.cancelled == 1)
 
 
-def start_cli(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "responsekit", "serve", "--port", str(port), *args],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            httpx.get(f"{url}/health", timeout=1)
-            return process, url
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(process.stdout.read()) from None
-            time.sleep(0.1)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_sigterm_lets_in_flight_streams_finish(upstream):
     upstream.time_scale = 1.0
     upstream.push(slow_exchange(30, 0.05))
@@ -100,8 +53,7 @@ def test_sigterm_lets_in_flight_streams_finish(upstream):
         assert process.wait(timeout=20) in (0, -signal.SIGTERM)
     finally:
         process.kill()
-        output = process.stdout.read()
-    assert "Shutting down" in output
+    assert "Shutting down" in output(process)
 
 
 def test_record_and_replay(upstream, tmp_path):

@@ -1,20 +1,27 @@
-"""The ASGI application: frontends wired to the model router."""
+"""The ASGI application: frontends wired to the orchestrator, the model router and the store."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from . import __version__
-from .api import models
+from .api import conversations, models
 from .api.chat import routes as chat
 from .api.http import install_error_handlers
 from .api.responses import routes as responses
+from .auth import key_hash
 from .backends.router import ModelRouter
 from .config import Settings
+from .orchestrator import Orchestrator
 from .record import Recorder
+from .runs import Runs
+from .store import Store
+
+log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -23,17 +30,32 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = await Store.open(settings.database)
+        runs = Runs(store, settings.lease_seconds)
+        app.state.store = store
+        app.state.orchestrator = Orchestrator(router, store, runs)
+        await runs.start()
         await router.start()
-        yield
-        await router.aclose()
+        if not settings.api_keys:
+            if settings.listen_host in ("127.0.0.1", "localhost", "::1"):
+                log.info("no API keys configured: listening on %s only", settings.listen_host)
+            else:
+                log.warning("no API keys configured: anyone who reaches %s can use this server", settings.listen_host)
+        try:
+            yield
+        finally:
+            await runs.stop(settings.shutdown_timeout)
+            await router.aclose()
+            await store.close()
 
     app = FastAPI(title="ResponseKit", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     app.state.router = router
-    for frontend in (responses.router, chat.router):
+    app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
+    for frontend in (responses.router, conversations.router, chat.router, models.api):
         app.include_router(frontend, prefix="/v1")
         # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
         app.include_router(frontend, include_in_schema=False)
-    app.include_router(models.router)
+    app.include_router(models.health)
     install_error_handlers(app)
     return app

@@ -35,11 +35,25 @@ def serve(
     default_model: Annotated[
         Optional[str], typer.Option(help="Serve model names no upstream knows with this model.", show_default=False)
     ] = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to listen on (default: 127.0.0.1).", show_default=False)] = None,
+    host: Annotated[
+        Optional[str],
+        typer.Option(help="Address to listen on (default: 127.0.0.1, or all interfaces with API keys).", show_default=False),
+    ] = None,
     port: Annotated[Optional[int], typer.Option(help="Port to listen on (default: 8400).", show_default=False)] = None,
     probe: Annotated[
         Optional[bool],
         typer.Option("--probe/--no-probe", help="With no upstream, look for engines on their usual ports (default: on).", show_default=False),
+    ] = None,
+    data_dir: Annotated[
+        Optional[Path], typer.Option(help="Where state is kept (default: ~/.local/share/responsekit).", show_default=False)
+    ] = None,
+    database_url: Annotated[
+        Optional[str],
+        typer.Option(help="postgresql://… to share state between replicas (default: SQLite in the data dir).", show_default=False),
+    ] = None,
+    api_key: Annotated[
+        Optional[list[str]],
+        typer.Option("--api-key", help="An accepted API key, or sha256:HEX of one (repeatable).", show_default=False),
     ] = None,
     record: Annotated[
         Optional[Path], typer.Option(help="Write every upstream exchange as a JSON file into this directory.", show_default=False)
@@ -62,6 +76,9 @@ def serve(
             host=host,
             port=port,
             probe=probe,
+            data_dir=data_dir,
+            database_url=database_url,
+            api_keys=api_key,
             record_dir=record,
             shutdown_timeout=shutdown_timeout,
             log_level=log_level,
@@ -72,7 +89,7 @@ def serve(
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)], force=True)
     uvicorn.run(
         create_app(settings),
-        host=settings.host,
+        host=settings.listen_host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         log_config=None,

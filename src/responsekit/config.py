@@ -76,11 +76,24 @@ def parse_pairs(value: str) -> dict[str, str]:
     return pairs
 
 
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "responsekit"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RESPONSEKIT_", extra="forbid")
 
-    host: str = "127.0.0.1"
+    host: str | None = None
+    """Address to listen on; 127.0.0.1 unless API keys are configured (then all interfaces)."""
     port: int = 8400
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str | None = None
+    """`postgresql://…` for several replicas; default: SQLite in the data directory."""
+    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Accepted API keys (plain, or `sha256:<hex>` of the key); each owns what it creates."""
+    lease_seconds: float = 15.0
+    """A background response whose process stops renewing it this long is marked failed."""
     upstreams: Annotated[list[UpstreamConfig], NoDecode] = Field(default_factory=list)
     probe: bool = True
     """With no upstream configured, look for engines on their usual local ports."""
@@ -105,6 +118,21 @@ class Settings(BaseSettings):
         if isinstance(value, list):
             return [parse_upstream(item) if isinstance(item, str) else item for item in value]
         return value
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @property
+    def listen_host(self) -> str:
+        return self.host or ("0.0.0.0" if self.api_keys else "127.0.0.1")
+
+    @property
+    def database(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'responsekit.db'}"
 
     @field_validator("aliases", mode="before")
     @classmethod

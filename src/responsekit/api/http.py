@@ -101,7 +101,11 @@ def raise_for_error(renderer: Renderer) -> None:
 
 def sse_event(event: dict[str, Any]) -> bytes:
     """One Responses event in one SSE frame: `event:` line equal to the JSON `type`."""
-    return f"event: {event['type']}\ndata: {dumps(event)}\n\n".encode()
+    return sse_frame(event["type"], dumps(event))
+
+
+def sse_frame(kind: str, data: str) -> bytes:
+    return f"event: {kind}\ndata: {data}\n\n".encode()
 
 
 def sse_data(payload: dict[str, Any]) -> bytes:

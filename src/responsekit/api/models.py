@@ -6,14 +6,17 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-router = APIRouter()
+from ..auth import Owner
+
+api = APIRouter()
+health = APIRouter()
 
 
-@router.get("/v1/models")
-async def list_models(request: Request) -> dict[str, Any]:
+@api.get("/models")
+async def list_models(request: Request, owner: Owner) -> dict[str, Any]:
     return {"object": "list", "data": request.app.state.router.list_models()}
 
 
-@router.get("/health")
-async def health(request: Request) -> dict[str, Any]:
+@health.get("/health")
+async def check_health(request: Request) -> dict[str, Any]:
     return request.app.state.router.health()

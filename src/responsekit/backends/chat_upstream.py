@@ -217,6 +217,37 @@ class ChatUpstream:
                 }
         return body
 
+    async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:
+        """Prompt tokens of a request, and whether the count is exact.
+
+        Exact from engines that tokenize with the model's own chat template (vLLM and
+        SGLang `/tokenize` with messages; llama.cpp `/apply-template` then `/tokenize`),
+        otherwise estimated at four characters a token.
+        """
+        body = self.render(request)
+        root = self.config.base_url.removesuffix("/v1")
+        template_input = {key: body[key] for key in ("messages", "tools") if key in body}
+        try:
+            if self.kind in ("vllm", "sglang"):
+                answer = await self._client.post(
+                    f"{root}/tokenize", json={"model": body["model"], "add_generation_prompt": True, **template_input}
+                )
+                if answer.status_code == 200 and isinstance(answer.json().get("count"), int):
+                    return answer.json()["count"], True
+            elif self.kind == "llamacpp":
+                rendered = await self._client.post(f"{root}/apply-template", json=template_input)
+                if rendered.status_code == 200:
+                    tokens = await self._client.post(
+                        f"{root}/tokenize",
+                        json={"content": rendered.json()["prompt"], "add_special": False, "parse_special": True},
+                    )
+                    if tokens.status_code == 200:
+                        return len(tokens.json()["tokens"]), True
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            log.warning("upstream %s could not count tokens (%r); estimating", self.name, exc)
+        characters = len(json.dumps(template_input, ensure_ascii=False))
+        return max(1, characters // 4), False
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         body = self.render(request)
         recording = self._recorder.start(self.name, "/chat/completions", body) if self._recorder else None

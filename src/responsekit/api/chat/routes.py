@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from ...auth import Owner
 from ..http import SSE_DONE, drain, event_stream, raise_for_error, read_body, rendered, sse_data, unless_disconnected
 from .render import ChatRenderer
 from .request import CreateChatCompletion, translate
@@ -16,7 +17,7 @@ router = APIRouter()
 
 
 @router.post("/chat/completions")
-async def create_chat_completion(request: Request) -> Response:
+async def create_chat_completion(request: Request, owner: Owner) -> Response:
     body = await read_body(request, CreateChatCompletion)
     generation = translate(body)
     upstream, generation.model = await request.app.state.router.resolve(body.model)

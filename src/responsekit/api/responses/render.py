@@ -63,10 +63,10 @@ class _Call:
 
 
 class ResponseRenderer:
-    def __init__(self, response: dict[str, Any], toolset: ToolSet) -> None:
+    def __init__(self, response: dict[str, Any], toolset: ToolSet, first_sequence: int = 0) -> None:
         self.response = response
         self._toolset = toolset
-        self._sequence = 0
+        self._sequence = first_sequence
         self._items: list[dict[str, Any] | None] = []
         self._message: _Message | None = None
         self._reasoning: _Reasoning | None = None
@@ -78,10 +78,10 @@ class ResponseRenderer:
     # --- public -----------------------------------------------------------------------
 
     def start(self) -> list[dict[str, Any]]:
-        return [
-            self._event("response.created", response=self._snapshot()),
-            self._event("response.in_progress", response=self._snapshot()),
-        ]
+        """`response.created` (queued for a background response) and `response.in_progress`."""
+        created = self._event("response.created", response=self._snapshot())
+        self.response["status"] = "in_progress"
+        return [created, self._event("response.in_progress", response=self._snapshot())]
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -320,6 +320,25 @@ class ResponseRenderer:
         response["output_text"] = _output_text(response["output"])
         response["usage"] = _usage(self._usage) if self._usage else None
         out.append(self._event("response.failed", response=response))
+
+    def cancel(self) -> list[dict[str, Any]]:
+        """End a cancelled background response: open items incomplete, status `cancelled`.
+
+        The API has no cancellation event; `response.incomplete` ends the stream, with the
+        Response's status saying why.
+        """
+        if self.finished:
+            return []
+        out: list[dict[str, Any]] = []
+        self._close_all(out, "incomplete")
+        self.finished = True
+        response = self.response
+        response["status"] = "cancelled"
+        response["output"] = [item for item in self._items if item is not None]
+        response["output_text"] = _output_text(response["output"])
+        response["usage"] = _usage(self._usage) if self._usage else None
+        out.append(self._event("response.incomplete", response=response))
+        return out
 
     # --- helpers ----------------------------------------------------------------------
 

@@ -53,6 +53,11 @@ class TextParam(BaseModel):
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
+class ConversationParam(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+
+
 class CreateResponse(BaseModel):
     """The request body; unknown keys (Codex's `client_metadata`…) are accepted and ignored."""
 
@@ -72,12 +77,22 @@ class CreateResponse(BaseModel):
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    previous_response_id: str | None = None
+    conversation: str | ConversationParam | None = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     store: bool = True
     stream: bool = False
     background: bool = False
+
+    @property
+    def conversation_id(self) -> str | None:
+        return self.conversation.id if isinstance(self.conversation, ConversationParam) else self.conversation
+
+    @property
+    def input_items(self) -> list[Any]:
+        return [{"role": "user", "content": self.input}] if isinstance(self.input, str) else self.input
     include: list[str] = Field(default_factory=list)
     truncation: Literal["auto", "disabled"] = "disabled"
     service_tier: str | None = None
@@ -91,13 +106,13 @@ class Translation:
     toolset: ToolSet
 
 
-def translate(body: CreateResponse) -> Translation:
+def translate(body: CreateResponse, items: list[Any]) -> Translation:
+    """The canonical request for `body`, over `items`: the history and the new input."""
     toolset = translate_tools(body.tools)
     tool_choice, functions = translate_tool_choice(body.tool_choice, toolset)
     messages: list[Message] = []
     if body.instructions:
         messages.append(Message("system", [TextPart(body.instructions)]))
-    items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
     messages.extend(translate_items(items, toolset))
     generation = GenerationRequest(
         model=body.model,
@@ -137,11 +152,12 @@ class _Skip(Exception):
 def translate_items(items: list[Any], toolset: ToolSet) -> list[Message]:
     """Input items -> canonical messages; each odd item is skipped with a warning."""
     builder = _HistoryBuilder(toolset)
-    for position, item in enumerate(items):
+    for item in items:
         try:
             builder.add(item)
         except _Skip as reason:
-            log.warning("skipping input item %d: %s", position, reason)
+            where = item.get("id", "without id") if isinstance(item, dict) else "that is not an object"
+            log.warning("skipping input item %s for the model: %s", where, reason)
     return builder.finish()
 
 
@@ -350,8 +366,9 @@ def initial_response(body: CreateResponse, toolset: ToolSet) -> dict[str, Any]:
         "id": new_id("resp"),
         "object": "response",
         "created_at": int(time.time()),
-        "status": "in_progress",
+        "status": "queued" if body.background else "in_progress",
         "background": body.background,
+        "conversation": {"id": body.conversation_id} if body.conversation_id else None,
         "completed_at": None,
         "error": None,
         "incomplete_details": None,
@@ -361,7 +378,7 @@ def initial_response(body: CreateResponse, toolset: ToolSet) -> dict[str, Any]:
         "model": body.model,
         "output": [],
         "parallel_tool_calls": body.parallel_tool_calls,
-        "previous_response_id": None,
+        "previous_response_id": body.previous_response_id,
         "prompt_cache_key": body.prompt_cache_key,
         "reasoning": {"effort": None, "summary": None, **reasoning} if reasoning is not None else None,
         "safety_identifier": body.safety_identifier,

@@ -1,41 +1,137 @@
-"""`POST /v1/responses`: streaming and not, both from one renderer."""
+"""`/v1/responses`: create (streaming, not, background), retrieve, resume, cancel, delete, list inputs."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from ...auth import Owner
 from ...errors import APIError
-from ..http import SSE_DONE, drain, event_stream, raise_for_error, read_body, rendered, sse_event, unless_disconnected
-from .render import ResponseRenderer
-from .request import CreateResponse, initial_response, translate
+from ...orchestrator import Orchestrator
+from ...store import RUNNING, paginate
+from ..http import SSE_DONE, event_stream, raise_for_error, read_body, sse_event, unless_disconnected
+from .request import CreateResponse
 
 router = APIRouter()
 
-_NOT_YET = ("background", "previous_response_id", "conversation")
+Limit = Annotated[int, Query(ge=1, le=100)]
+Order = Literal["asc", "desc"]
+
+
+def orchestrator(request: Request) -> Orchestrator:
+    return request.app.state.orchestrator
 
 
 @router.post("/responses")
-async def create_response(request: Request) -> Response:
+async def create_response(request: Request, owner: Owner) -> Response:
     body = await read_body(request, CreateResponse)
-    for key in _NOT_YET:
-        if (body.model_extra or {}).get(key) or getattr(body, key, None):
-            raise APIError(400, f"`{key}` is not supported by this server yet.", param=key, code="unsupported_parameter")
-    translation = translate(body)
-    upstream, translation.generation.model = await request.app.state.router.resolve(body.model)
-    renderer = ResponseRenderer(initial_response(body, translation.toolset), translation.toolset)
-    events = upstream.generate(translation.generation)
+    conductor = orchestrator(request)
+    prepared = await conductor.prepare(body, owner)
+    if body.background:
+        run = await conductor.start_background(prepared)
+        if body.stream:
+            return event_stream(_with_done(conductor.runs.follow(run.response_id, -1)))
+        return JSONResponse(prepared.response)
     if body.stream:
-        return event_stream(_frames(rendered(renderer, events)))
-    await unless_disconnected(request, drain(renderer, events))
-    raise_for_error(renderer)
-    return JSONResponse(renderer.response)
+        return event_stream(_frames(conductor.events(prepared)))
+
+    async def drain() -> None:
+        async for _ in conductor.events(prepared):
+            pass
+
+    await unless_disconnected(request, drain())
+    raise_for_error(prepared.renderer)
+    return JSONResponse(prepared.response)
+
+
+@router.post("/responses/input_tokens")
+async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
+    """Exact when the engine can tokenize (llama.cpp, vLLM, SGLang), else an estimate marked as such."""
+    body = await read_body(request, CreateResponse)
+    prepared = await orchestrator(request).prepare(body, owner)
+    count, exact = await prepared.upstream.count_tokens(prepared.generation)
+    return {"object": "response.input_tokens", "input_tokens": count, "estimated": not exact}
+
+
+@router.get("/responses/{response_id}")
+async def retrieve_response(
+    request: Request,
+    response_id: str,
+    owner: Owner,
+    stream: bool = False,
+    starting_after: Annotated[int, Query(ge=-1)] = -1,
+) -> Response:
+    response = await _stored(request, owner, response_id)
+    if not stream:
+        return JSONResponse(response)
+    if not response.get("background"):
+        raise APIError(400, "Only background responses can be streamed again.", param="stream", code="invalid_value")
+    return event_stream(_with_done(orchestrator(request).runs.follow(response_id, starting_after)))
+
+
+@router.delete("/responses/{response_id}")
+async def delete_response(request: Request, response_id: str, owner: Owner) -> dict[str, Any]:
+    conductor = orchestrator(request)
+    response = await _stored(request, owner, response_id)
+    if response["status"] in RUNNING:
+        await conductor.runs.cancel(owner, response_id)
+    await conductor.store.delete_response(owner, response_id)
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+@router.post("/responses/{response_id}/cancel")
+async def cancel_response(request: Request, response_id: str, owner: Owner) -> dict[str, Any]:
+    """Stop a background response; cancelling a finished one returns it unchanged."""
+    conductor = orchestrator(request)
+    response = await _stored(request, owner, response_id)
+    if response["status"] not in RUNNING:
+        return response
+    await conductor.runs.cancel(owner, response_id)
+    for _ in range(100):  # a run on another replica notices within a lease interval
+        response = await _stored(request, owner, response_id)
+        if response["status"] not in RUNNING:
+            break
+        await asyncio.sleep(0.1)
+    return response
+
+
+@router.get("/responses/{response_id}/input_items")
+async def list_input_items(
+    request: Request,
+    response_id: str,
+    owner: Owner,
+    after: str | None = None,
+    limit: Limit = 20,
+    order: Order = "desc",
+) -> dict[str, Any]:
+    items = await orchestrator(request).store.input_items(owner, response_id)
+    if items is None:
+        raise _not_found(response_id)
+    return paginate(items, after, limit, order).body()
+
+
+async def _stored(request: Request, owner: str, response_id: str) -> dict[str, Any]:
+    response = await orchestrator(request).store.get_response(owner, response_id)
+    if response is None:
+        raise _not_found(response_id)
+    return response
+
+
+def _not_found(response_id: str) -> APIError:
+    return APIError(404, f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
 
 
 async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     async for event in events:
         yield sse_event(event)
+    yield SSE_DONE
+
+
+async def _with_done(frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async for frame in frames:
+        yield frame
     yield SSE_DONE

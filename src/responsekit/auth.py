@@ -1,0 +1,38 @@
+"""API keys and ownership: with keys configured, every stored object belongs to the key that made it.
+
+Keys are kept only as SHA-256 hashes (a configured `sha256:<hex>` entry is a hash already),
+and the hash is the owner of what the key creates. Without keys everything belongs to
+one anonymous owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from .errors import APIError
+
+
+def key_hash(key: str) -> str:
+    return key.removeprefix("sha256:") if key.startswith("sha256:") else hashlib.sha256(key.encode()).hexdigest()
+
+
+def authorize(request: Request) -> str:
+    """The owner of this request's objects; 401 when keys are configured and it has no valid one."""
+    owners: frozenset[str] = request.app.state.owners
+    if not owners:
+        return ""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise APIError(
+            401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY`.", code="missing_api_key"
+        )
+    owner = hashlib.sha256(token.strip().encode()).hexdigest()
+    if owner not in owners:
+        raise APIError(401, "Incorrect API key provided.", code="invalid_api_key")
+    return owner
+
+
+Owner = Annotated[str, Depends(authorize)]

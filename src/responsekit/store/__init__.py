@@ -1,0 +1,368 @@
+"""Durable state: stored responses, their items and events, conversations.
+
+One SQL implementation over two databases: SQLite (embedded default) and PostgreSQL
+(several replicas). Every write that must be whole is one transaction, so a crash at
+any point leaves no half-stored response.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .database import Connection, Database
+from .migrations import migrate
+
+RUNNING = ("queued", "in_progress")
+
+
+@dataclass(slots=True)
+class Page:
+    data: list[dict[str, Any]]
+    has_more: bool
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": self.data,
+            "first_id": self.data[0]["id"] if self.data else None,
+            "last_id": self.data[-1]["id"] if self.data else None,
+            "has_more": self.has_more,
+        }
+
+
+def paginate(items: list[dict[str, Any]], after: str | None, limit: int, order: Literal["asc", "desc"]) -> Page:
+    ordered = items if order == "asc" else items[::-1]
+    start = 0
+    if after is not None:
+        start = next((i + 1 for i, item in enumerate(ordered) if item.get("id") == after), len(ordered))
+    return Page(ordered[start : start + limit], start + limit < len(ordered))
+
+
+class Store:
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._for_update = " FOR UPDATE" if database.dialect == "postgres" else ""
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        """`postgresql://…` or `sqlite:///path/to/file.db`; migrates the schema."""
+        if url.startswith(("postgres://", "postgresql://")):
+            from .postgres import PostgresDatabase
+
+            database: Database = await PostgresDatabase.open(url)
+        elif url.startswith("sqlite:///"):
+            from .sqlite import SQLiteDatabase
+
+            database = await SQLiteDatabase.open(Path(url.removeprefix("sqlite:///")))
+        else:
+            raise ValueError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
+        await migrate(database)
+        return cls(database)
+
+    async def close(self) -> None:
+        await self.database.close()
+
+    # --- responses --------------------------------------------------------------------
+
+    async def save_response(
+        self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], conversation_id: str | None = None
+    ) -> None:
+        """A finished response, its input and output items (and the conversation's new items): all or nothing."""
+        async with self.database.transaction() as db:
+            await self._insert_response(db, owner, response, inputs, lease_until=None)
+            await self._insert_outputs(db, response, offset=len(inputs))
+            if conversation_id:
+                await self._append_conversation(db, conversation_id, inputs + response["output"])
+
+    async def start_response(
+        self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int
+    ) -> None:
+        """A background response before it runs: queued, with its inputs."""
+        async with self.database.transaction() as db:
+            await self._insert_response(db, owner, response, inputs, lease_until=lease_until)
+
+    async def update_response(self, response: dict[str, Any]) -> None:
+        await self.database.execute(
+            "UPDATE responses SET status = ?, body = ? WHERE id = ?",
+            response["status"], _dumps(response), response["id"],
+        )  # fmt: skip
+
+    async def finish_response(
+        self, response: dict[str, Any], events: list[tuple[int, str]], conversation_id: str | None = None
+    ) -> bool:
+        """A background response's end: status, outputs, last events and conversation items together.
+
+        Returns False (and writes nothing) when the response is no longer running, e.g.
+        when another replica already marked it failed.
+        """
+        async with self.database.transaction() as db:
+            row = await db.fetchrow(f"SELECT status FROM responses WHERE id = ?{self._for_update}", response["id"])
+            if row is None or row[0] not in RUNNING:
+                return False
+            inputs = [
+                json.loads(body)
+                for (body,) in await db.fetch(
+                    "SELECT body FROM response_items WHERE response_id = ? AND NOT output ORDER BY position",
+                    response["id"],
+                )
+            ]
+            await db.execute(
+                "UPDATE responses SET status = ?, body = ?, lease_until = NULL WHERE id = ?",
+                response["status"], _dumps(response), response["id"],
+            )  # fmt: skip
+            await self._insert_outputs(db, response, offset=len(inputs))
+            await self._insert_events(db, response["id"], events)
+            if conversation_id:
+                await self._append_conversation(db, conversation_id, inputs + response["output"])
+        return True
+
+    async def _insert_response(
+        self, db: Connection, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int | None
+    ) -> None:
+        conversation = response.get("conversation") or {}
+        await db.execute(
+            "INSERT INTO responses (id, owner, created_at, status, background, previous_response_id, "
+            "conversation_id, body, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            response["id"], owner, response["created_at"], response["status"], bool(response.get("background")),
+            response.get("previous_response_id"), conversation.get("id"), _dumps(response), lease_until,
+        )  # fmt: skip
+        await _insert_items(db, response["id"], inputs, offset=0, output=False)
+
+    async def _insert_outputs(self, db: Connection, response: dict[str, Any], offset: int) -> None:
+        await _insert_items(db, response["id"], response["output"], offset=offset, output=True)
+
+    async def get_response(self, owner: str, response_id: str) -> dict[str, Any] | None:
+        row = await self.database.fetchrow(
+            "SELECT body FROM responses WHERE id = ? AND owner = ?", response_id, owner
+        )
+        return json.loads(row[0]) if row else None
+
+    async def delete_response(self, owner: str, response_id: str) -> bool:
+        async with self.database.transaction() as db:
+            row = await db.fetchrow("SELECT id FROM responses WHERE id = ? AND owner = ?", response_id, owner)
+            if row is None:
+                return False
+            await db.execute("DELETE FROM responses WHERE id = ?", response_id)
+        return True
+
+    async def history(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
+        """The items a continuation of this response builds on: every input and output of its chain."""
+        rows = await self._chain(owner, response_id)
+        return None if rows is None else [json.loads(body) for _, _, body in rows]
+
+    async def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
+        """The items used to generate this response: its chain's items and its own inputs."""
+        rows = await self._chain(owner, response_id)
+        if rows is None:
+            return None
+        return [json.loads(body) for rid, output, body in rows if not (rid == response_id and output)]
+
+    async def _chain(self, owner: str, response_id: str) -> list[tuple[str, bool, str]] | None:
+        rows = await self.database.fetch(
+            """WITH RECURSIVE chain (id, previous_response_id, depth) AS (
+                   SELECT id, previous_response_id, 0 FROM responses WHERE id = ? AND owner = ?
+                   UNION ALL
+                   SELECT r.id, r.previous_response_id, chain.depth + 1
+                   FROM responses r JOIN chain ON r.id = chain.previous_response_id
+                   WHERE r.owner = ?
+               )
+               SELECT chain.id, chain.depth, items.output, items.body
+               FROM chain LEFT JOIN response_items items ON items.response_id = chain.id
+               ORDER BY chain.depth DESC, items.position ASC""",
+            response_id, owner, owner,
+        )  # fmt: skip
+        if not rows:
+            return None
+        return [(row[0], bool(row[2]), row[3]) for row in rows if row[3] is not None]
+
+    async def find_items(self, owner: str, item_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Stored items by id (for `item_reference`), from responses and conversations of this owner."""
+        found: dict[str, dict[str, Any]] = {}
+        for item_id in dict.fromkeys(item_ids):
+            row = await self.database.fetchrow(
+                "SELECT items.body FROM response_items items JOIN responses r ON r.id = items.response_id "
+                "WHERE items.item_id = ? AND r.owner = ?",
+                item_id, owner,
+            ) or await self.database.fetchrow(
+                "SELECT items.body FROM conversation_items items JOIN conversations c ON c.id = items.conversation_id "
+                "WHERE items.item_id = ? AND c.owner = ?",
+                item_id, owner,
+            )  # fmt: skip
+            if row is not None:
+                found[item_id] = json.loads(row[0])
+        return found
+
+    # --- events of background responses --------------------------------------------------
+
+    async def append_events(self, response_id: str, events: list[tuple[int, str]]) -> None:
+        async with self.database.transaction() as db:
+            await self._insert_events(db, response_id, events)
+
+    async def _insert_events(self, db: Connection, response_id: str, events: list[tuple[int, str]]) -> None:
+        if events:
+            await db.executemany(
+                "INSERT INTO response_events (response_id, sequence_number, body) VALUES (?, ?, ?)",
+                [(response_id, sequence, body) for sequence, body in events],
+            )
+
+    async def events_after(self, response_id: str, after: int) -> list[tuple[int, str]]:
+        rows = await self.database.fetch(
+            "SELECT sequence_number, body FROM response_events WHERE response_id = ? AND sequence_number > ? "
+            "ORDER BY sequence_number",
+            response_id, after,
+        )  # fmt: skip
+        return [(int(row[0]), row[1]) for row in rows]
+
+    # --- running background responses ----------------------------------------------------
+
+    async def request_cancel(self, owner: str, response_id: str) -> None:
+        await self.database.execute(
+            "UPDATE responses SET cancel_requested = TRUE WHERE id = ? AND owner = ?", response_id, owner
+        )
+
+    async def cancel_requested(self, response_ids: list[str]) -> set[str]:
+        if not response_ids:
+            return set()
+        marks = ", ".join("?" for _ in response_ids)
+        rows = await self.database.fetch(
+            f"SELECT id FROM responses WHERE cancel_requested AND id IN ({marks})", *response_ids
+        )
+        return {row[0] for row in rows}
+
+    async def renew_leases(self, response_ids: list[str], until: int) -> None:
+        if response_ids:
+            marks = ", ".join("?" for _ in response_ids)
+            await self.database.execute(f"UPDATE responses SET lease_until = ? WHERE id IN ({marks})", until, *response_ids)
+
+    async def expired_runs(self, now: int) -> list[dict[str, Any]]:
+        """Background responses whose runner stopped renewing its lease (it crashed or was killed)."""
+        rows = await self.database.fetch(
+            "SELECT body FROM responses WHERE status IN (?, ?) AND lease_until < ?", *RUNNING, now
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    async def last_sequence(self, response_id: str) -> int:
+        row = await self.database.fetchrow(
+            "SELECT MAX(sequence_number) FROM response_events WHERE response_id = ?", response_id
+        )
+        return -1 if row is None or row[0] is None else int(row[0])
+
+    # --- conversations -------------------------------------------------------------------
+
+    async def create_conversation(
+        self, owner: str, conversation: dict[str, Any], items: list[dict[str, Any]]
+    ) -> None:
+        async with self.database.transaction() as db:
+            await db.execute(
+                "INSERT INTO conversations (id, owner, created_at, metadata) VALUES (?, ?, ?, ?)",
+                conversation["id"], owner, conversation["created_at"], _dumps(conversation["metadata"]),
+            )  # fmt: skip
+            await self._append_conversation(db, conversation["id"], items)
+
+    async def get_conversation(self, owner: str, conversation_id: str) -> dict[str, Any] | None:
+        row = await self.database.fetchrow(
+            "SELECT id, created_at, metadata FROM conversations WHERE id = ? AND owner = ?", conversation_id, owner
+        )
+        if row is None:
+            return None
+        return {"id": row[0], "object": "conversation", "created_at": int(row[1]), "metadata": json.loads(row[2])}
+
+    async def update_conversation(self, owner: str, conversation_id: str, metadata: dict[str, str]) -> None:
+        await self.database.execute(
+            "UPDATE conversations SET metadata = ? WHERE id = ? AND owner = ?", _dumps(metadata), conversation_id, owner
+        )
+
+    async def delete_conversation(self, owner: str, conversation_id: str) -> bool:
+        async with self.database.transaction() as db:
+            row = await db.fetchrow("SELECT id FROM conversations WHERE id = ? AND owner = ?", conversation_id, owner)
+            if row is None:
+                return False
+            await db.execute("DELETE FROM conversations WHERE id = ?", conversation_id)
+        return True
+
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]]) -> None:
+        async with self.database.transaction() as db:
+            await self._append_conversation(db, conversation_id, items)
+
+    async def _append_conversation(self, db: Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:
+        # Lock the conversation so concurrent appends get distinct positions.
+        await db.fetchrow(f"SELECT id FROM conversations WHERE id = ?{self._for_update}", conversation_id)
+        row = await db.fetchrow(
+            "SELECT COALESCE(MAX(position), 0) FROM conversation_items WHERE conversation_id = ?", conversation_id
+        )
+        start = int(row[0]) if row else 0
+        if items:
+            await db.executemany(
+                "INSERT INTO conversation_items (conversation_id, position, item_id, body) VALUES (?, ?, ?, ?)",
+                [(conversation_id, start + i + 1, item["id"], _dumps(item)) for i, item in enumerate(items)],
+            )
+
+    async def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
+        rows = await self.database.fetch(
+            "SELECT body FROM conversation_items WHERE conversation_id = ? ORDER BY position", conversation_id
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    async def conversation_page(
+        self, conversation_id: str, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> Page | None:
+        """A page of items, or None when `after` is not an item of the conversation."""
+        position: int | None = None
+        if after is not None:
+            row = await self.database.fetchrow(
+                "SELECT position FROM conversation_items WHERE conversation_id = ? AND item_id = ?",
+                conversation_id, after,
+            )  # fmt: skip
+            if row is None:
+                return None
+            position = int(row[0])
+        if order == "asc":
+            rows = await self.database.fetch(
+                "SELECT body FROM conversation_items WHERE conversation_id = ? AND position > ? "
+                "ORDER BY position ASC LIMIT ?",
+                conversation_id, position or 0, limit + 1,
+            )  # fmt: skip
+        else:
+            rows = await self.database.fetch(
+                "SELECT body FROM conversation_items WHERE conversation_id = ? AND position < ? "
+                "ORDER BY position DESC LIMIT ?",
+                conversation_id, position if position is not None else 2**62, limit + 1,
+            )  # fmt: skip
+        items = [json.loads(row[0]) for row in rows]
+        return Page(items[:limit], len(items) > limit)
+
+    async def get_conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        row = await self.database.fetchrow(
+            "SELECT body FROM conversation_items WHERE conversation_id = ? AND item_id = ?", conversation_id, item_id
+        )
+        return json.loads(row[0]) if row else None
+
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
+        async with self.database.transaction() as db:
+            row = await db.fetchrow(
+                "SELECT position FROM conversation_items WHERE conversation_id = ? AND item_id = ?",
+                conversation_id, item_id,
+            )  # fmt: skip
+            if row is None:
+                return False
+            await db.execute(
+                "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?", conversation_id, item_id
+            )
+        return True
+
+
+async def _insert_items(
+    db: Connection, response_id: str, items: list[dict[str, Any]], offset: int, output: bool
+) -> None:
+    if items:
+        await db.executemany(
+            "INSERT INTO response_items (response_id, position, output, item_id, body) VALUES (?, ?, ?, ?, ?)",
+            [(response_id, offset + i, output, item["id"], _dumps(item)) for i, item in enumerate(items)],
+        )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

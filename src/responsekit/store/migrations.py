@@ -1,0 +1,76 @@
+"""Versioned schema migrations, applied at start; the SQL runs on SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import time
+
+from .database import Database
+
+MIGRATIONS: list[list[str]] = [
+    [  # 1: responses, their items and events; conversations and their items
+        """CREATE TABLE responses (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            status TEXT NOT NULL,
+            background BOOLEAN NOT NULL,
+            previous_response_id TEXT,
+            conversation_id TEXT,
+            body TEXT NOT NULL,
+            cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
+            lease_until BIGINT
+        )""",
+        "CREATE INDEX responses_running ON responses (status, lease_until)",
+        """CREATE TABLE response_items (
+            response_id TEXT NOT NULL REFERENCES responses (id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            output BOOLEAN NOT NULL,
+            item_id TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (response_id, position)
+        )""",
+        "CREATE INDEX response_items_by_id ON response_items (item_id)",
+        """CREATE TABLE response_events (
+            response_id TEXT NOT NULL REFERENCES responses (id) ON DELETE CASCADE,
+            sequence_number INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (response_id, sequence_number)
+        )""",
+        """CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            metadata TEXT NOT NULL
+        )""",
+        """CREATE TABLE conversation_items (
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            position BIGINT NOT NULL,
+            item_id TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (conversation_id, position)
+        )""",
+        "CREATE UNIQUE INDEX conversation_items_by_id ON conversation_items (conversation_id, item_id)",
+    ],
+]
+
+
+async def migrate(database: Database) -> int:
+    """Apply the migrations not applied yet; returns the schema version."""
+    await database.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)"
+    )
+    async with database.transaction() as connection:
+        if database.dialect == "postgres":
+            # Replicas starting together: one migrates, the others wait and find it done.
+            await connection.execute("SELECT pg_advisory_xact_lock(7270001)")
+        row = await connection.fetchrow("SELECT MAX(version) FROM schema_migrations")
+        current = int(row[0] or 0) if row else 0
+        for version, statements in enumerate(MIGRATIONS, start=1):
+            if version <= current:
+                continue
+            for statement in statements:
+                await connection.execute(statement)
+            await connection.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", version, int(time.time())
+            )
+    return len(MIGRATIONS)

@@ -1,0 +1,133 @@
+"""State across processes: two replicas on one PostgreSQL, and a server killed with SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import threading
+
+import asyncpg
+import httpx
+import pytest
+
+from .conftest import DATABASES
+from .harness import check_response, check_stream, output, read_sse, slow_exchange, start_cli, text_exchange, wait_for
+
+
+def replica(upstream, database_url: str, **env: str):
+    return start_cli("--upstream", f"scripted={upstream.url}", "--no-probe", "--database-url", database_url,
+                     env={"RESPONSEKIT_LEASE_SECONDS": "1.5", **env})  # fmt: skip
+
+
+@pytest.mark.parametrize("database_url", [d for d in DATABASES if d == "postgres"], indirect=True)
+def test_two_replicas_share_responses_and_streams(upstream, database_url):
+    upstream.time_scale = 1.0
+    upstream.push(slow_exchange(60, 0.03), slow_exchange(400, 0.05))
+    first, url_a = replica(upstream, database_url)
+    second, url_b = replica(upstream, database_url)
+    try:
+        seen: list[dict] = []
+        with httpx.stream("POST", f"{url_a}/v1/responses",
+                          json={"model": "test-model", "input": "x", "stream": True, "background": True}) as answer:  # fmt: skip
+            for line in answer.iter_lines():
+                if line.startswith("data: "):
+                    seen.append(json.loads(line[6:]))
+                if len(seen) == 10:
+                    break
+        response_id = seen[0]["response"]["id"]
+        # The other replica resumes the stream from where the client left it.
+        with httpx.stream("GET", f"{url_b}/v1/responses/{response_id}",
+                          params={"stream": "true", "starting_after": seen[-1]["sequence_number"]}) as answer:  # fmt: skip
+            rest, done = read_sse(answer.iter_lines())
+        assert done
+        response = check_stream(seen + rest)
+        assert response["output_text"] == "x" * 60
+        assert check_response(httpx.get(f"{url_b}/v1/responses/{response_id}").json()).status == "completed"
+
+        # A response running on A is cancelled through B.
+        queued = httpx.post(f"{url_a}/v1/responses", json={"model": "test-model", "input": "y", "background": True}).json()
+        wait_for(lambda: httpx.get(f"{url_b}/v1/responses/{queued['id']}").json()["status"] == "in_progress")
+        cancelled = httpx.post(f"{url_b}/v1/responses/{queued['id']}/cancel", timeout=15).json()
+        assert cancelled["status"] == "cancelled"
+        wait_for(lambda: upstream.cancelled == 1)
+    finally:
+        for process in (first, second):
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_sigkill_mid_write_leaves_a_consistent_store(upstream, database_url):
+    upstream.time_scale = 1.0
+    # The background response is still generating when the server is killed.
+    upstream.responder = lambda body: slow_exchange(
+        1000 if body["messages"][-1]["content"] == "b" else 30, 0.01
+    )
+    process, url = replica(upstream, database_url)
+    finished: list[str] = []
+
+    def client() -> None:
+        while True:
+            try:
+                answer = httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "x"}, timeout=10)
+            except httpx.TransportError:
+                return
+            finished.append(answer.json()["id"])
+
+    background = httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "b", "background": True,
+                                                         "stream": False}).json()  # fmt: skip
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: len(finished) >= 20, timeout=30)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    for thread in threads:
+        thread.join()
+
+    rows = asyncio.run(_rows(database_url))
+    for response_id, status, body, items in rows:
+        response = json.loads(body)
+        if response["background"]:
+            continue
+        assert status == response["status"] == "completed"
+        assert items == len(response["output"]) + 1, f"{response_id} is stored whole: its input and its output"
+    assert set(finished) <= {row[0] for row in rows}, "every answered response was stored"
+
+    upstream.responder = lambda body: text_exchange("after restart")
+    process, url = replica(upstream, database_url)
+    try:
+        for response_id in finished:
+            check_response(httpx.get(f"{url}/v1/responses/{response_id}").json())
+        # The background response lost its runner: once its lease runs out it is failed, and its stream ends.
+        try:
+            failed = wait_for(lambda: (r := httpx.get(f"{url}/v1/responses/{background['id']}").json())["status"]
+                              == "failed" and r, timeout=15)  # fmt: skip
+        except Exception:
+            print(output(process))
+            raise
+        assert failed["error"]["code"] == "server_error"
+        with httpx.stream("GET", f"{url}/v1/responses/{background['id']}", params={"stream": "true"}) as answer:
+            events, done = read_sse(answer.iter_lines())
+        assert done and events[-1]["type"] == "response.failed"
+        follow = httpx.post(f"{url}/v1/responses",
+                            json={"model": "test-model", "input": "y", "previous_response_id": finished[0]})  # fmt: skip
+        assert follow.json()["output_text"] == "after restart"
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def _rows(database_url: str) -> list[tuple[str, str, str, int]]:
+    query = ("SELECT r.id, r.status, r.body, (SELECT COUNT(*) FROM response_items i WHERE i.response_id = r.id) "
+             "FROM responses r")  # fmt: skip
+    if database_url.startswith("sqlite:///"):
+        with sqlite3.connect(database_url.removeprefix("sqlite:///")) as connection:
+            return [tuple(row) for row in connection.execute(query)]
+    connection = await asyncpg.connect(database_url)
+    try:
+        return [tuple(row) for row in await connection.fetch(query)]
+    finally:
+        await connection.close()
