@@ -213,3 +213,23 @@ def test_long_whitespace_runs_inside_content_are_kept() -> None:
 def test_double_encoded_arguments_that_are_not_json_give_an_empty_object() -> None:
     raw = '<tool_call>\n{"name": "get_weather", "arguments": "Paris"}\n</tool_call>'
     assert args(parse("hermes_json", raw)) == [{}]
+
+
+def test_hermes_missing_closing_tag_then_stop_token_or_next_call() -> None:
+    raw = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}<|im_end|>'
+    r = parse("hermes_json", raw)
+    assert args(r) == [{"city": "Paris"}] and r.content == ""
+    raw = (
+        '<tool_call>{"name": "get_weather", "arguments": {}}\n'
+        '<tool_call>{"name": "get_weather", "arguments": {"days": 2}}</tool_call> Done.'
+    )
+    r = parse("hermes_json", raw)
+    assert args(r) == [{}, {"days": 2}] and r.content == "Done."
+
+
+def test_hermes_text_after_a_call_keeps_holding_a_split_stop_token() -> None:
+    raw = '<tool_call>{"name": "get_weather", "arguments": {}} Done <|im_end|>'
+    for cut in range(len(raw) + 1):
+        parser = get_parser("hermes_json")(WEATHER)
+        r = run(parser, [raw[:cut], raw[cut:]])
+        assert r.content == "Done" and args(r) == [{}], cut

@@ -52,6 +52,8 @@ FRAGMENTS = {
         '"arguments": ',
         '"name": "f"',
         "<|im_end|>",
+        '{"name": "f", "arguments": {}}',
+        "<|endoftext|>",
     ],
     "qwen3_coder_xml": [
         "<think>",
@@ -65,6 +67,8 @@ FRAGMENTS = {
         "</parameter>",
         "\n</parameter>",
         "\n<parameter=s>",
+        "\n</function>",
+        "<|im_end|>",
     ],
     "deepseek_r1": [
         "<think>",
@@ -77,6 +81,8 @@ FRAGMENTS = {
         "<｜tool▁call▁end｜>",
         "<｜tool▁calls▁end｜>",
         "<｜tool▁calls｜>",
+        "<｜end▁of▁sentence｜>",
+        '{"a": 1}',
     ],
     "mistral_args": [
         "[THINK]",
@@ -87,6 +93,7 @@ FRAGMENTS = {
         "[CALL_ID]",
         "abc",
         "</s>",
+        '{"a": 1}',
     ],
     "gpt_oss_harmony": [
         "<|start|>assistant",
@@ -100,6 +107,8 @@ FRAGMENTS = {
         "<|end|>",
         "<|call|>",
         "<|return|>",
+        '{"a": 1}',
+        "<|endoftext|>",
     ],
 }
 TOOLS = [

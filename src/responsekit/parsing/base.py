@@ -67,6 +67,16 @@ class StreamParser(Parser):
             pos = self.handler(text, pos)
         return self.out.take()
 
+    def _replay(self, text: str) -> None:
+        """Run the current handlers over `text`, a bounded tail a scanner held back.
+
+        For a state change decided *after* a marker prefix was held: the prefix belongs
+        to the new state, which may complete the marker with the next delta.
+        """
+        pos, n = 0, len(text)
+        while pos < n:
+            pos = self.handler(text, pos)
+
     def finish(self) -> list[Event]:
         self._finish()
         self.out.end_call()

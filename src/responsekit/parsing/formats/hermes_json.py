@@ -33,6 +33,7 @@ class HermesJsonParser(TaggedParser):
         super().__init__(tools, thinking_open=thinking_open)
         self._reader = JsonCallReader(self.out)
         self._close_scan = MarkerScanner(("</tool_call>",))
+        self._after_scan = MarkerScanner(("</tool_call>", "<tool_call>", *self.stop_tokens))
         self._raw: list[str] = []
 
     def _call_handler(self, marker: str) -> Handler:
@@ -53,12 +54,18 @@ class HermesJsonParser(TaggedParser):
 
     def _after_call(self, text: str, pos: int) -> int:
         """After the JSON: expect `</tool_call>`; other text means the model moved on."""
-        plain, marker, pos = self._close_scan.scan(text, pos)
+        plain, marker, pos = self._after_scan.scan(text, pos)
         if plain and not plain.isspace():
             self.resume()
-            self.out.text(plain + self._close_scan.flush())
+            self.out.text(plain)
             self._said_content = True
-        elif marker:
+            if marker is None:
+                self._replay(self._after_scan.flush())
+            elif marker == "<tool_call>":
+                self.handler = self._call_handler(marker)
+        elif marker == "<tool_call>":  # `</tool_call>` was left out
+            self.handler = self._call_handler(marker)
+        elif marker == "</tool_call>":
             self.resume()
         return pos
 
