@@ -29,7 +29,7 @@ class Parser(ABC):
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] = (), *, thinking_open: bool = False
     ) -> None:
-        self.tools = ToolSchemas(tools)
+        self.schemas = ToolSchemas(tools)
         self.thinking_open = thinking_open
 
     @abstractmethod

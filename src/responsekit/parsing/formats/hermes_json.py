@@ -82,8 +82,8 @@ class HermesJsonParser(TaggedParser):
             pos += 1
         if pos == n:
             return pos
-        if text[pos] == "{" and self.tools.names and not self.out.calls:
-            self._reader = JsonCallReader(self.out, names=self.tools.names, strict=True)
+        if text[pos] == "{" and self.schemas.names and not self.out.calls:
+            self._reader = JsonCallReader(self.out, names=self.schemas.names, strict=True)
             self.handler = self._bare
         else:
             self.handler = self._content

@@ -68,7 +68,7 @@ class Qwen3CoderXmlParser(TaggedParser):
         if marker:
             name = "".join(self._name).strip()
             self.out.start_call(name)
-            self._args = ArgsWriter(self.tools, name)
+            self._args = ArgsWriter(self.schemas, name)
             self.out.args(self._args.open())
             self.handler = self._parameters
         return pos
