@@ -3,6 +3,9 @@
 Backends (chat upstreams, raw-completion engines, the in-process engine) and parsers
 produce these; the Responses and Chat Completions frontends render them.  A
 non-streaming answer is the fold of the same stream, so both paths share one code path.
+
+Events are created once per token on the hot path, so they are plain slotted dataclasses
+(not frozen, which costs twice as much to construct); treat them as immutable.
 """
 
 from __future__ import annotations
@@ -11,28 +14,28 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ReasoningDelta:
     """A piece of the model's reasoning (chain of thought) text."""
 
     text: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class TextDelta:
     """A piece of the visible answer."""
 
     text: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class RefusalDelta:
     """A piece of a refusal (OpenAI's `refusal` field)."""
 
     text: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ToolCallStart:
     """A tool call begins; `index` identifies it in the events that follow.
 
@@ -44,7 +47,7 @@ class ToolCallStart:
     name: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ToolCallDelta:
     """A fragment of a call's JSON arguments; the fragments join to the final string."""
 
@@ -52,14 +55,14 @@ class ToolCallDelta:
     arguments: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ToolCallEnd:
     """The call's arguments are complete."""
 
     index: int
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Usage:
     """Token counts of the whole generation."""
 
@@ -72,14 +75,14 @@ class Usage:
 FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter"]
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Finish:
     """Generation ended normally; `length` means the token limit cut it."""
 
     reason: FinishReason
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Error:
     """Generation failed; ends the stream.
 
