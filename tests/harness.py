@@ -299,15 +299,15 @@ def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
 
     added: dict[int, dict[str, Any]] = {}
     done: dict[int, dict[str, Any]] = {}
-    texts: dict[tuple[str, int], list[str]] = {}
-    open_parts: set[tuple[str, int]] = set()
+    texts: dict[tuple[Any, ...], list[str]] = {}
+    open_parts: set[tuple[Any, ...]] = set()
     for event in events:
         kind = event["type"]
         if kind == "response.output_item.added":
             index = event["output_index"]
             assert index not in added and index == len(added), "output_index runs 0, 1, 2…"
             added[index] = event["item"]
-            assert event["item"]["status"] == "in_progress"
+            assert event["item"].get("status", "in_progress") == "in_progress"  # compaction items have none
             if event["item"]["type"] == "message":
                 assert event["item"]["content"] == []
             continue
@@ -322,16 +322,24 @@ def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
         index = event["output_index"]
         assert index in added and index not in done, f"{kind} outside its item"
         assert event["item_id"] == added[index]["id"]
-        key = (event["item_id"], event.get("content_index", -1))
-        if kind == "response.content_part.added":
+        if "content_index" in event:
+            key: tuple[Any, ...] = (event["item_id"], "content", event["content_index"])
+        elif "summary_index" in event:
+            key = (event["item_id"], "summary", event["summary_index"])
+        else:
+            key = (event["item_id"], "arguments")
+        if kind in ("response.content_part.added", "response.reasoning_summary_part.added"):
             assert key not in open_parts
             open_parts.add(key)
             texts[key] = []
-        elif kind == "response.content_part.done":
+        elif kind in ("response.content_part.done", "response.reasoning_summary_part.done"):
+            assert key in open_parts, f"{kind} without its part"
             open_parts.discard(key)
+            part = event["part"]
+            assert part.get("text", part.get("refusal")) == "".join(texts[key])
         elif kind.endswith(".delta"):
-            if "content_index" in event:
-                assert key in open_parts, f"{kind} before its content_part.added"
+            if key[1] != "arguments":
+                assert key in open_parts, f"{kind} before its part was added"
             texts.setdefault(key, []).append(event["delta"])
         elif kind.endswith(".done"):
             final = event.get("text", event.get("arguments", event.get("input", event.get("refusal"))))

@@ -13,12 +13,14 @@ from .api import conversations, models
 from .api.chat import routes as chat
 from .api.http import install_error_handlers
 from .api.responses import routes as responses
+from .api.responses import websocket
 from .auth import key_hash
 from .backends.router import ModelRouter
 from .config import Settings
 from .orchestrator import Orchestrator
 from .record import Recorder
 from .runs import Runs
+from .sealing import Sealer
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,8 @@ def create_app(settings: Settings) -> FastAPI:
         store = await Store.open(settings.database)
         runs = Runs(store, settings.lease_seconds)
         app.state.store = store
-        app.state.orchestrator = Orchestrator(router, store, runs)
+        sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
+        app.state.orchestrator = Orchestrator(router, store, runs, sealer, settings.summarizer_model)
         await runs.start()
         await router.start()
         if not settings.api_keys:
@@ -52,7 +55,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.router = router
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
-    for frontend in (responses.router, conversations.router, chat.router, models.api):
+    for frontend in (responses.router, websocket.router, conversations.router, chat.router, models.api):
         app.include_router(frontend, prefix="/v1")
         # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
         app.include_router(frontend, include_in_schema=False)

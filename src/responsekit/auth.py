@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends
+from starlette.requests import HTTPConnection
 
 from .errors import APIError
 
@@ -19,12 +20,12 @@ def key_hash(key: str) -> str:
     return key.removeprefix("sha256:") if key.startswith("sha256:") else hashlib.sha256(key.encode()).hexdigest()
 
 
-def authorize(request: Request) -> str:
+def authorize(connection: HTTPConnection) -> str:
     """The owner of this request's objects; 401 when keys are configured and it has no valid one."""
-    owners: frozenset[str] = request.app.state.owners
+    owners: frozenset[str] = connection.app.state.owners
     if not owners:
         return ""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    scheme, _, token = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise APIError(
             401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY`.", code="missing_api_key"

@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     """`postgresql://…` for several replicas; default: SQLite in the data directory."""
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Accepted API keys (plain, or `sha256:<hex>` of the key); each owns what it creates."""
+    sealing_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Keys sealing reasoning and compaction blobs, newest first (default: the data dir's key file)."""
+    summarizer_model: str | None = None
+    """A model that writes reasoning summaries when a request asks for `reasoning.summary`."""
     lease_seconds: float = 15.0
     """A background response whose process stops renewing it this long is marked failed."""
     upstreams: Annotated[list[UpstreamConfig], NoDecode] = Field(default_factory=list)
@@ -119,7 +123,7 @@ class Settings(BaseSettings):
             return [parse_upstream(item) if isinstance(item, str) else item for item in value]
         return value
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "sealing_keys", mode="before")
     @classmethod
     def _keys(cls, value: Any) -> Any:
         if isinstance(value, str):

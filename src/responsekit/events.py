@@ -22,6 +22,16 @@ class ReasoningDelta:
 
 
 @dataclass(slots=True)
+class ReasoningSummaryDelta:
+    """A piece of a summary of the reasoning so far, written by a summarizer model.
+
+    Comes after the reasoning it summarizes and before whatever ends that reasoning.
+    """
+
+    text: str
+
+
+@dataclass(slots=True)
 class TextDelta:
     """A piece of the visible answer."""
 
@@ -97,6 +107,7 @@ class Error:
 
 Event: TypeAlias = (
     ReasoningDelta
+    | ReasoningSummaryDelta
     | TextDelta
     | RefusalDelta
     | ToolCallStart

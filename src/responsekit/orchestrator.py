@@ -1,8 +1,11 @@
 """A Responses request from start to end: history, translation, routing, generation, persistence.
 
-The history comes from the store (`previous_response_id`, `conversation`, `item_reference`);
-the answer is the renderer's event stream, persisted before its terminal event is
-sent (so a client's next turn always finds it), or run in the background.
+The history comes from the store (`previous_response_id`, `conversation`, `item_reference`)
+or from a WebSocket's own cache; sealed blobs (reasoning, compaction summaries) are opened
+for the model. The engine's events pass through optional stages — a retry with the oldest
+turns dropped (`truncation: auto`), reasoning summaries — into the renderer. The answer is
+persisted before its terminal event is sent (so a client's next turn always finds it), or
+runs in the background.
 """
 
 from __future__ import annotations
@@ -10,22 +13,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from .api.http import rendered
 from .api.responses.render import ResponseRenderer
 from .api.responses.request import CreateResponse, initial_response, translate
+from .assist import compaction_summary, summarize_reasoning
 from .backends.chat_upstream import ChatUpstream
 from .backends.router import ModelRouter
 from .conversation import GenerationRequest
 from .errors import APIError
-from .events import Error
+from .events import Error, Event, ReasoningDelta, ReasoningSummaryDelta, Usage
+from .ids import new_id
 from .items import normalize_items
 from .runs import TERMINAL, Run, Runs
+from .sealing import Sealer
 from .store import Store
 
 log = logging.getLogger(__name__)
+
+History = dict[str, list[dict[str, Any]]]
+"""Response id -> the items a continuation of it builds on (a WebSocket's `store: false` cache)."""
 
 
 @dataclass(slots=True)
@@ -34,6 +45,7 @@ class Prepared:
 
     body: CreateResponse
     owner: str
+    history: list[dict[str, Any]]
     inputs: list[dict[str, Any]]
     """The new input items, normalized (with ids), as they are stored."""
     renderer: ResponseRenderer
@@ -44,14 +56,22 @@ class Prepared:
     def response(self) -> dict[str, Any]:
         return self.renderer.response
 
+    def continuation(self) -> list[dict[str, Any]]:
+        """The items a next turn continuing this response builds on."""
+        return self.history + self.inputs + self.response["output"]
+
 
 class Orchestrator:
-    def __init__(self, router: ModelRouter, store: Store, runs: Runs) -> None:
+    def __init__(
+        self, router: ModelRouter, store: Store, runs: Runs, sealer: Sealer, summarizer_model: str | None = None
+    ) -> None:
         self.router = router
         self.store = store
         self.runs = runs
+        self.sealer = sealer
+        self.summarizer_model = summarizer_model
 
-    async def prepare(self, body: CreateResponse, owner: str) -> Prepared:
+    async def prepare(self, body: CreateResponse, owner: str, cache: History | None = None) -> Prepared:
         if body.previous_response_id and body.conversation_id:
             raise APIError(
                 400, "Use either `previous_response_id` or `conversation`, not both.", param="conversation",
@@ -60,15 +80,22 @@ class Orchestrator:
         if body.background and not body.store:
             raise APIError(400, "Background responses must be stored (`store: true`).", param="background",
                            code="invalid_value")  # fmt: skip
-        history = await self._history(body, owner)
+        history = await self._history(body, owner, cache)
         inputs = normalize_items(await self._resolve_references(body.input_items, owner))
-        translation = translate(body, history + inputs)
+        if history:
+            _check_tool_outputs(history, inputs)
+        translation = translate(body, self.for_model(history + inputs))
         upstream, translation.generation.model = await self.router.resolve(body.model)
-        renderer = ResponseRenderer(initial_response(body, translation.toolset), translation.toolset)
-        return Prepared(body, owner, inputs, renderer, upstream, translation.generation)
+        seal = partial(self.sealer.seal, "reasoning") if "reasoning.encrypted_content" in body.include else None
+        renderer = ResponseRenderer(initial_response(body, translation.toolset), translation.toolset, seal=seal)
+        prepared = Prepared(body, owner, history, inputs, renderer, upstream, translation.generation)
+        await self._compact_if_needed(prepared)
+        return prepared
 
-    async def _history(self, body: CreateResponse, owner: str) -> list[dict[str, Any]]:
+    async def _history(self, body: CreateResponse, owner: str, cache: History | None) -> list[dict[str, Any]]:
         if body.previous_response_id:
+            if cache is not None and body.previous_response_id in cache:
+                return cache[body.previous_response_id]
             history = await self.store.history(owner, body.previous_response_id)
             if history is None:
                 raise APIError(
@@ -100,11 +127,115 @@ class Orchestrator:
                 resolved.append(item)
         return resolved
 
+    def for_model(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items as the model reads them: sealed blobs opened, compacted turns left out.
+
+        The last compaction item that opens stands for everything before it but the
+        instructions (system and developer messages, which clients resend each turn);
+        one that does not open is skipped like any odd item.
+        """
+        summaries = {
+            position: self.sealer.open("compaction", str(item.get("encrypted_content", "")))
+            for position, item in enumerate(items)
+            if item.get("type") == "compaction"
+        }
+        last = max((position for position, summary in summaries.items() if summary), default=-1)
+        out = []
+        for position, item in enumerate(items):
+            kind = item.get("type")
+            if position < last and not (kind == "message" and item.get("role") in ("system", "developer")):
+                continue
+            if kind == "compaction":
+                if summaries[position]:
+                    out.append({"type": "message", "role": "developer",
+                                "content": f"Summary of the conversation so far:\n{summaries[position]}"})  # fmt: skip
+                continue
+            if kind == "reasoning" and not item.get("content") and item.get("encrypted_content"):
+                reasoning = self.sealer.open("reasoning", str(item["encrypted_content"]))
+                if reasoning:
+                    item = {**item, "content": [{"type": "reasoning_text", "text": reasoning}]}
+            out.append(item)
+        return out
+
+    # --- compaction ---------------------------------------------------------------------
+
+    async def compaction_item(self, model: str, items: list[dict[str, Any]]) -> tuple[dict[str, Any], Usage]:
+        """One compaction item standing for `items`: their summary, sealed."""
+        translation = translate(CreateResponse(model=model), self.for_model(items))
+        summary, usage = await compaction_summary(self.router, model, translation.generation.messages)
+        if not summary:
+            raise APIError(502, "The model returned no summary to compact the conversation with.",
+                           type="server_error", code="server_error")  # fmt: skip
+        item = {"type": "compaction", "id": new_id("cmp"), "encrypted_content": self.sealer.seal("compaction", summary)}
+        return item, usage
+
+    async def _compact_if_needed(self, prepared: Prepared) -> None:
+        """`context_management` compaction: past the threshold, the history is replaced by its summary."""
+        threshold = prepared.body.compact_threshold
+        if threshold is None or not prepared.history:
+            return
+        tokens, _ = await prepared.upstream.count_tokens(prepared.generation)
+        if tokens <= threshold:
+            return
+        log.info("compacting the history of %s: %d tokens > %d", prepared.response["id"], tokens, threshold)
+        item, _ = await self.compaction_item(prepared.body.model, prepared.history + prepared.inputs)
+        instructions = [i for i in prepared.history if i.get("type") == "message" and i.get("role") in
+                        ("system", "developer")]  # fmt: skip
+        translation = translate(prepared.body, self.for_model([*instructions, item, *prepared.inputs]))
+        prepared.generation = replace(translation.generation, model=prepared.generation.model)
+        prepared.renderer.add_ready_item(item)
+
+    # --- generation ---------------------------------------------------------------------
+
+    def canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """The engine's events through the stages the request asks for."""
+        events = self._truncating(prepared)
+        reasoning = prepared.body.reasoning
+        detail = reasoning and (reasoning.summary or reasoning.generate_summary)
+        if detail and self.summarizer_model:
+            events = self._summarized(events, detail)
+        return events
+
+    async def _truncating(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """With `truncation: auto`, a context overflow retries without the oldest turns."""
+        generation = prepared.generation
+        while True:
+            async with aclosing(prepared.upstream.generate(generation)) as events:
+                first = await anext(events, None)
+                if (
+                    isinstance(first, Error)
+                    and first.code == "context_length_exceeded"
+                    and prepared.body.truncation == "auto"
+                    and (shorter := _drop_oldest_turn(generation)) is not None
+                ):
+                    log.info("context overflow: retrying %s without its oldest turn", prepared.response["id"])
+                    generation = shorter
+                    continue
+                if first is not None:
+                    yield first
+                async for event in events:
+                    yield event
+                return
+
+    async def _summarized(self, events: AsyncIterator[Event], detail: str) -> AsyncIterator[Event]:
+        """Each run of reasoning followed by its summary, before whatever ends it."""
+        assert self.summarizer_model is not None
+        reasoning: list[str] = []
+        async with aclosing(events):
+            async for event in events:
+                if isinstance(event, ReasoningDelta):
+                    reasoning.append(event.text)
+                elif reasoning and not isinstance(event, Usage):
+                    text, reasoning = "".join(reasoning), []
+                    async for piece in summarize_reasoning(self.router, self.summarizer_model, detail, text):
+                        yield ReasoningSummaryDelta(piece)
+                yield event
+
     # --- in the foreground --------------------------------------------------------------
 
     async def events(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
         """The response's events; it is persisted before its terminal event goes out."""
-        async for event in rendered(prepared.renderer, prepared.upstream.generate(prepared.generation)):
+        async for event in rendered(prepared.renderer, self.canonical(prepared)):
             if event["type"] in TERMINAL:
                 await self._persist(prepared)
             yield event
@@ -125,7 +256,7 @@ class Orchestrator:
     async def _run(self, prepared: Prepared, run: Run) -> None:
         renderer = prepared.renderer
         try:
-            async for event in rendered(renderer, prepared.upstream.generate(prepared.generation)):
+            async for event in rendered(renderer, self.canonical(prepared)):
                 run.publish(event)
                 if event["type"] == "response.in_progress":
                     await self.store.update_response(renderer.response)
@@ -146,3 +277,27 @@ class Orchestrator:
                 events, run.pending = run.pending, []
             finish = self.store.finish_response(renderer.response, events, prepared.body.conversation_id)
             await asyncio.shield(finish)
+
+
+def _check_tool_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> None:
+    """A continuation's new tool output must answer a call: this input is new, not a replayed history."""
+    calls = {item.get("call_id") for item in history + inputs if item.get("type") in ("function_call", "custom_tool_call")}
+    for position, item in enumerate(inputs):
+        if item.get("type") in ("function_call_output", "custom_tool_call_output") and item["call_id"] not in calls:
+            raise APIError(400, f"No tool call found for function call output with call_id {item['call_id']}.",
+                           param=f"input[{position}]", code="invalid_value")  # fmt: skip
+
+
+def _drop_oldest_turn(generation: GenerationRequest) -> GenerationRequest | None:
+    """The request without its oldest turn (a user message and what answered it), if one can go.
+
+    Leading instructions stay, and so does the last user turn.
+    """
+    messages = generation.messages
+    first = next((i for i, m in enumerate(messages) if m.role not in ("system", "developer")), None)
+    if first is None:
+        return None
+    end = next((i for i in range(first + 1, len(messages)) if messages[i].role == "user"), None)
+    if end is None:
+        return None
+    return replace(generation, messages=messages[:first] + messages[end:])

@@ -9,6 +9,7 @@ event (`response.completed`, `.incomplete` or `.failed`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from ...events import (
     Event,
     Finish,
     ReasoningDelta,
+    ReasoningSummaryDelta,
     RefusalDelta,
     TextDelta,
     ToolCallDelta,
@@ -50,6 +52,8 @@ class _Reasoning:
     id: str
     output_index: int
     buffer: list[str] = field(default_factory=list)
+    summary: list[str] | None = None
+    """The summary being streamed, once a summarizer started one."""
 
 
 @dataclass(slots=True)
@@ -63,10 +67,19 @@ class _Call:
 
 
 class ResponseRenderer:
-    def __init__(self, response: dict[str, Any], toolset: ToolSet, first_sequence: int = 0) -> None:
+    def __init__(
+        self,
+        response: dict[str, Any],
+        toolset: ToolSet,
+        first_sequence: int = 0,
+        seal: Callable[[str], str] | None = None,
+    ) -> None:
+        """`seal`, when given, seals each reasoning text into its item's `encrypted_content`."""
         self.response = response
         self._toolset = toolset
+        self._seal = seal
         self._sequence = first_sequence
+        self._ready: list[dict[str, Any]] = []
         self._items: list[dict[str, Any] | None] = []
         self._message: _Message | None = None
         self._reasoning: _Reasoning | None = None
@@ -78,10 +91,19 @@ class ResponseRenderer:
     # --- public -----------------------------------------------------------------------
 
     def start(self) -> list[dict[str, Any]]:
-        """`response.created` (queued for a background response) and `response.in_progress`."""
+        """`response.created` (queued for a background response), `response.in_progress`, ready items."""
         created = self._event("response.created", response=self._snapshot())
         self.response["status"] = "in_progress"
-        return [created, self._event("response.in_progress", response=self._snapshot())]
+        out = [created, self._event("response.in_progress", response=self._snapshot())]
+        for item in self._ready:
+            index = self._reserve()
+            out.append(self._event("response.output_item.added", output_index=index, item=item))
+            self._done(out, index, item)
+        return out
+
+    def add_ready_item(self, item: dict[str, Any]) -> None:
+        """An item complete before generation starts (a compaction item): it opens the output."""
+        self._ready.append(item)
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -97,6 +119,8 @@ class ResponseRenderer:
             self._call_end(out, event.index, "completed")
         elif isinstance(event, RefusalDelta):
             self._content(out, "refusal", event.text)
+        elif isinstance(event, ReasoningSummaryDelta):
+            self._summary_delta(out, event.text)
         elif isinstance(event, Usage):
             self._usage = event
         elif isinstance(event, Finish):
@@ -190,16 +214,37 @@ class ResponseRenderer:
             item_id=reasoning.id, output_index=reasoning.output_index, content_index=0, delta=delta,
         ))
 
+    def _summary_delta(self, out: list[dict[str, Any]], delta: str) -> None:
+        reasoning = self._reasoning
+        if reasoning is None or not delta:
+            return
+        where = {"item_id": reasoning.id, "output_index": reasoning.output_index, "summary_index": 0}
+        if reasoning.summary is None:
+            reasoning.summary = []
+            out.append(self._event(
+                "response.reasoning_summary_part.added", **where, part={"type": "summary_text", "text": ""}
+            ))
+        reasoning.summary.append(delta)
+        out.append(self._event("response.reasoning_summary_text.delta", **where, delta=delta))
+
     def _close_reasoning(self, out: list[dict[str, Any]], status: str) -> None:
         reasoning = self._reasoning
         if reasoning is None:
             return
         text = "".join(reasoning.buffer)
-        where = {"item_id": reasoning.id, "output_index": reasoning.output_index, "content_index": 0}
+        where = {"item_id": reasoning.id, "output_index": reasoning.output_index}
         part = {"type": "reasoning_text", "text": text}
-        out.append(self._event("response.reasoning_text.done", **where, text=text))
-        out.append(self._event("response.content_part.done", **where, part=part))
-        item = {"id": reasoning.id, "type": "reasoning", "status": status, "summary": [], "content": [part]}
+        out.append(self._event("response.reasoning_text.done", **where, content_index=0, text=text))
+        out.append(self._event("response.content_part.done", **where, content_index=0, part=part))
+        summary: list[dict[str, Any]] = []
+        if reasoning.summary is not None:
+            summary_text = "".join(reasoning.summary)
+            summary = [{"type": "summary_text", "text": summary_text}]
+            out.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=summary_text))
+            out.append(self._event("response.reasoning_summary_part.done", **where, summary_index=0, part=summary[0]))
+        item = {"id": reasoning.id, "type": "reasoning", "status": status, "summary": summary, "content": [part]}
+        if self._seal is not None:
+            item["encrypted_content"] = self._seal(text)
         self._done(out, reasoning.output_index, item)
         self._reasoning = None
 
@@ -288,7 +333,7 @@ class ResponseRenderer:
         response = self.response
         response["output"] = [item for item in self._items if item is not None]
         response["output_text"] = _output_text(response["output"])
-        response["usage"] = _usage(self._usage)
+        response["usage"] = usage_object(self._usage)
         if incomplete:
             response["status"] = "incomplete"
             response["incomplete_details"] = {"reason": incomplete}
@@ -318,7 +363,7 @@ class ResponseRenderer:
         response["error"] = {"code": code, "message": error.message}
         response["output"] = [item for item in self._items if item is not None]
         response["output_text"] = _output_text(response["output"])
-        response["usage"] = _usage(self._usage) if self._usage else None
+        response["usage"] = usage_object(self._usage) if self._usage else None
         out.append(self._event("response.failed", response=response))
 
     def cancel(self) -> list[dict[str, Any]]:
@@ -336,7 +381,7 @@ class ResponseRenderer:
         response["status"] = "cancelled"
         response["output"] = [item for item in self._items if item is not None]
         response["output_text"] = _output_text(response["output"])
-        response["usage"] = _usage(self._usage) if self._usage else None
+        response["usage"] = usage_object(self._usage) if self._usage else None
         out.append(self._event("response.incomplete", response=response))
         return out
 
@@ -379,7 +424,8 @@ def _output_text(output: list[dict[str, Any]]) -> str:
     )
 
 
-def _usage(usage: Usage | None) -> dict[str, Any]:
+def usage_object(usage: Usage | None) -> dict[str, Any]:
+    """A Response's `usage`: all five keys strict clients require, with their details."""
     usage = usage or Usage(0, 0)
     return {
         "input_tokens": usage.input_tokens,

@@ -53,6 +53,12 @@ class TextParam(BaseModel):
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
+class ContextManagement(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["compaction"]
+    compact_threshold: int | None = Field(default=None, ge=1)
+
+
 class ConversationParam(BaseModel):
     model_config = ConfigDict(extra="allow")
     id: str
@@ -91,10 +97,17 @@ class CreateResponse(BaseModel):
         return self.conversation.id if isinstance(self.conversation, ConversationParam) else self.conversation
 
     @property
+    def compact_threshold(self) -> int | None:
+        """The token count past which the history is compacted (`context_management`)."""
+        entries = [entry.compact_threshold for entry in self.context_management or () if entry.compact_threshold]
+        return min(entries) if entries else None
+
+    @property
     def input_items(self) -> list[Any]:
         return [{"role": "user", "content": self.input}] if isinstance(self.input, str) else self.input
     include: list[str] = Field(default_factory=list)
     truncation: Literal["auto", "disabled"] = "disabled"
+    context_management: list[ContextManagement] | None = None
     service_tier: str | None = None
 
 

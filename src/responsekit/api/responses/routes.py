@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from ...auth import Owner
 from ...errors import APIError
+from ...ids import new_id
+from ...items import normalize_items
 from ...orchestrator import Orchestrator
 from ...store import RUNNING, paginate
 from ..http import SSE_DONE, event_stream, raise_for_error, read_body, sse_event, unless_disconnected
+from .render import usage_object
 from .request import CreateResponse
 
 router = APIRouter()
@@ -48,6 +53,38 @@ async def create_response(request: Request, owner: Owner) -> Response:
     return JSONResponse(prepared.response)
 
 
+class CompactRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1)
+    input: str | list[Any] = Field(default_factory=list)
+    instructions: str | None = None
+    previous_response_id: str | None = None
+
+
+@router.post("/responses/compact")
+async def compact(request: Request, owner: Owner) -> dict[str, Any]:
+    """The history summarized into one compaction item; sent back as input, it restores the summary."""
+    body = await read_body(request, CompactRequest)
+    conductor = orchestrator(request)
+    items: list[dict[str, Any]] = []
+    if body.instructions:
+        items.append({"type": "message", "role": "developer", "content": body.instructions})
+    if body.previous_response_id:
+        history = await conductor.store.history(owner, body.previous_response_id)
+        if history is None:
+            raise APIError(404, f"Previous response with id '{body.previous_response_id}' not found.",
+                           param="previous_response_id", code="previous_response_not_found")  # fmt: skip
+        items += history
+    raw = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else body.input
+    items += normalize_items(raw)
+    if not any(item.get("type") != "message" or item.get("role") != "developer" for item in items):
+        raise APIError(400, "Nothing to compact: give `input` or `previous_response_id`.", param="input",
+                       code="invalid_value")  # fmt: skip
+    item, usage = await conductor.compaction_item(body.model, items)
+    return {"id": new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
+            "output": [item], "usage": usage_object(usage)}  # fmt: skip
+
+
 @router.post("/responses/input_tokens")
 async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
     """Exact when the engine can tokenize (llama.cpp, vLLM, SGLang), else an estimate marked as such."""
@@ -67,6 +104,13 @@ async def retrieve_response(
 ) -> Response:
     response = await _stored(request, owner, response_id)
     if not stream:
+        include = request.query_params.getlist("include[]") + request.query_params.getlist("include")
+        if "reasoning.encrypted_content" in include:
+            sealer = orchestrator(request).sealer
+            for item in response["output"]:
+                if item["type"] == "reasoning":
+                    text = "".join(part.get("text", "") for part in item.get("content") or ())
+                    item["encrypted_content"] = sealer.seal("reasoning", text)
         return JSONResponse(response)
     if not response.get("background"):
         raise APIError(400, "Only background responses can be streamed again.", param="stream", code="invalid_value")
