@@ -27,7 +27,6 @@ REGISTERED = set(available_formats())
 PENDING_FORMATS = {
     "apertus",
     "command_r7b",
-    "deepseek_v3_1",
     "deepseek_v3_2_dsml",
     "firefunction_v2",
     "functiongemma",
@@ -38,7 +37,6 @@ PENDING_FORMATS = {
     "glm_4_5",
     "glm_4_7",
     "granite_3",
-    "kimi_k2",
     "lfm2_pythonic",
     "llama3_builtin_python_tag",
     "llama3_json",
