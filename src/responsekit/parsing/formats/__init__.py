@@ -7,6 +7,8 @@ from responsekit.parsing.formats import (  # noqa: F401  (imported to register)
     deepseek_r1,
     deepseek_v3_1,
     deepseek_v3_2_dsml,
+    functiongemma,
+    gemma4,
     glm_4_5,
     glm_4_7,
     gpt_oss_harmony,
