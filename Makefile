@@ -24,9 +24,14 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed-run
 	$(BIN)/responsekit serve $(ARGS)
 
+# The real JavaScript clients the tests drive (Codex CLI, the Vercel AI SDK).
+tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
+	npm ci --prefix tests/js --no-audit --no-fund </dev/null
+	touch $@
+
 ## Install everything the tests need and run them all.
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test tests/js/node_modules/.installed
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache tests/js/node_modules

@@ -120,6 +120,43 @@ def text_exchange(text: str, *, reasoning: str = "", pieces: int = 3) -> dict[st
     return {"status": 200, "chunks": [{"t": 0, "data": data} for data in chunks]}
 
 
+def tool_call_exchange(name: str, arguments: dict[str, Any], *, reasoning: str = "", call_id: str = "call_1") -> dict[str, Any]:
+    """A streamed answer (llama.cpp's chunk shape) that reasons, then calls one tool."""
+    exchange = text_exchange("", reasoning=reasoning)
+    chunks = exchange["chunks"][:-2]
+    text = json.dumps(arguments)
+    delta = {"tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}]}
+    chunks.append({"t": 0, "data": {"choices": [{"index": 0, "delta": delta}]}})
+    for start in range(0, len(text), 7):
+        piece = {"tool_calls": [{"index": 0, "function": {"arguments": text[start : start + 7]}}]}
+        chunks.append({"t": 0, "data": {"choices": [{"index": 0, "delta": piece}]}})
+    usage = {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}
+    chunks.append({"t": 0, "data": {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "usage": usage}})
+    chunks.append({"t": 0, "data": "[DONE]"})
+    return {"status": 200, "chunks": chunks}
+
+
+def tool_loop(arguments: dict[str, dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """An engine that calls a tool first and answers once it sees the tool's output.
+
+    `arguments` maps the tool names it knows to the arguments it calls them with; it
+    calls the first of them the request offers.
+    """
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return text_exchange(f"The tool said: {str(last['content'])[:300]}", reasoning="The tool answered.")
+        offered = [tool["function"]["name"] for tool in body.get("tools") or ()]
+        name = next((name for name in arguments if name in offered), None)
+        if name is None:
+            return text_exchange("No tool I know is offered.")
+        return tool_call_exchange(name, arguments[name], reasoning=f"I should call {name}.",
+                                  call_id=f"call_{len(body['messages'])}")  # fmt: skip
+
+    return respond
+
+
 def slow_exchange(pieces: int, seconds_each: float, letter: str = "x") -> dict[str, Any]:
     """A text answer of `pieces` one-letter deltas, `seconds_each` apart (with `time_scale = 1`)."""
     exchange = text_exchange(letter * pieces, pieces=1)

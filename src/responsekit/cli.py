@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,8 +13,10 @@ import uvicorn
 from pydantic import ValidationError
 from rich.logging import RichHandler
 
+from . import connect as codex_setup
 from .app import create_app
 from .config import load_settings, parse_pairs, parse_upstream
+from .sealing import rotate_keys
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The OpenAI Responses API for any model.")
 
@@ -95,3 +99,67 @@ def serve(
         log_config=None,
         timeout_graceful_shutdown=settings.shutdown_timeout,
     )
+
+
+connect = typer.Typer(no_args_is_help=True, help="Point a client at a running ResponseKit.")
+app.add_typer(connect, name="connect")
+
+
+@connect.command("codex")
+def connect_codex(
+    url: Annotated[str, typer.Option(help="ResponseKit's base URL.")] = "http://127.0.0.1:8400/v1",
+    model: Annotated[Optional[str], typer.Option(help="Codex's default model (default: the first served).")] = None,
+    api_key_env: Annotated[
+        Optional[str], typer.Option(help="Environment variable holding the API key Codex sends.", show_default=False)
+    ] = None,
+    context_window: Annotated[int, typer.Option(help="Context window the catalog states, in tokens.")] = 131072,
+    codex: Annotated[Optional[str], typer.Option(help="The codex binary (default: on PATH).", show_default=False)] = None,
+    codex_home: Annotated[
+        Path, typer.Option(envvar="CODEX_HOME", help="Codex's home, where --write puts the files.")
+    ] = Path.home() / ".codex",
+    write: Annotated[bool, typer.Option("--write", help="Write config.toml and the catalog instead of printing.")] = False,
+) -> None:
+    """A Codex provider entry (and model catalog) for the models ResponseKit serves."""
+    base_url = url.rstrip("/")
+    try:
+        models = codex_setup.served_models(base_url, os.environ.get(api_key_env) if api_key_env else None)
+    except Exception as exc:
+        raise typer.BadParameter(f"cannot list the models of {base_url}: {exc}") from None
+    if not models:
+        raise typer.BadParameter(f"{base_url} serves no model yet")
+    catalog_path: Path | None = None
+    catalog: dict | None = None
+    binary = codex_setup.find_codex(codex)
+    if binary is None:
+        typer.echo("codex not found: writing no model catalog (Codex will use generic metadata)", err=True)
+    else:
+        template = codex_setup.pick_template(codex_setup.codex_catalog(binary))
+        catalog = codex_setup.catalog_for(models, template, context_window)
+        catalog_path = codex_home / "responsekit-models.json"
+    config_path = codex_home / "config.toml"
+    existing = config_path.read_text() if write and config_path.exists() else ""
+    config = codex_setup.config_document(existing, base_url, model or models[0], catalog_path, api_key_env)
+    if not write:
+        typer.echo(config)
+        if catalog is not None:
+            typer.echo(f"# and {catalog_path}:\n{json.dumps(catalog, indent=1)}")
+        return
+    codex_home.mkdir(parents=True, exist_ok=True)
+    if catalog is not None and catalog_path is not None:
+        catalog_path.write_text(json.dumps(catalog, indent=1))
+    config_path.write_text(config)
+    typer.echo(f"wrote {config_path}" + (f" and {catalog_path}" if catalog_path else ""))
+
+
+keys = typer.Typer(no_args_is_help=True, help="Keys that seal reasoning and compaction blobs.")
+app.add_typer(keys, name="keys")
+
+
+@keys.command("rotate")
+def rotate(
+    data_dir: Annotated[Optional[Path], typer.Option(help="The data directory (default: the configured one).")] = None,
+) -> None:
+    """Put a new sealing key in front; blobs sealed with the older keys still open."""
+    directory = data_dir or load_settings().data_dir
+    rotate_keys(directory)
+    typer.echo(f"rotated the sealing keys in {directory}; restart the server to use the new key")
