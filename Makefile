@@ -6,7 +6,7 @@ ARGS ?=
 # The state tests run on SQLite and on this PostgreSQL (see .ci/run for starting it).
 export RESPONSEKIT_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test bench clean
+.PHONY: run test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
