@@ -14,6 +14,8 @@ from responsekit.events import ToolCallDelta
 from responsekit.parsing import get_parser
 
 from .parsing_support import Folded, heal, run, split_at
+from .test_formats import args
+from .test_formats import parse as parse_three_ways
 from .test_fuzz import COMMON, TOOLS
 
 CONFIGURE = [
@@ -38,21 +40,11 @@ CONFIGURE = [
 
 
 def parse(fmt: str, raw: str, *, tools: Any = CONFIGURE, thinking_open: bool = False) -> Folded:
-    """Parse one-shot, per character and in 3-char pieces; all three must agree."""
-    results = []
-    for chunks in ([raw], list(raw), [raw[i : i + 3] for i in range(0, len(raw), 3)]):
-        parser = get_parser(fmt)(tools, thinking_open=thinking_open)
-        results.append(run(parser, chunks))
-    assert (
-        results[0].comparable(False) == results[1].comparable(False) == results[2].comparable(False)
-    )
-    for call in results[0].calls:
-        assert call.ended
-    return results[0]
-
-
-def args(result: Folded) -> list[Any]:
-    return [json.loads(c.arguments) for c in result.calls]
+    """`test_formats.parse` (one-shot, per character and in 3-char pieces agree), and every
+    call is closed."""
+    result = parse_three_ways(fmt, raw, tools=tools, thinking_open=thinking_open)
+    assert all(call.ended for call in result.calls)
+    return result
 
 
 def arg_deltas(fmt: str, chunks: list[str], *, tools: Any = CONFIGURE) -> list[str]:
