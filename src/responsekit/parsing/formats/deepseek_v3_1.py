@@ -60,25 +60,6 @@ class DeepSeekV31Parser(TaggedParser):
             return self._undecided
         return self._section_handler(marker)
 
-    def _undecided(self, text: str, pos: int) -> int:
-        """A call section inside reasoning, held until `</think>` shows it was reasoning."""
-        plain, marker, pos = self._think_end.scan(text, pos)
-        self._held.append(plain)
-        if marker:
-            self.out.reasoning(self._held_marker + "".join(self._held))
-            self._held.clear()
-            self.handler = self._content_start
-        return pos
-
-    def _finish(self) -> None:
-        if self.handler == self._undecided:  # no `</think>`: the held section is calls
-            held = "".join(self._held) + self._think_end.flush()
-            self._held.clear()
-            self._resume = self._content
-            self.handler = self._section_handler(self._held_marker)
-            self._replay(held)
-        super()._finish()
-
     def _section_handler(self, marker: str) -> Handler:
         self._bare = marker == _CALL_BEGIN
         if self._bare:
@@ -135,3 +116,22 @@ class DeepSeekV31Parser(TaggedParser):
     def _finish_call(self) -> None:
         if self.handler == self._arguments:
             self.out.args(self._json.close())
+
+    def _undecided(self, text: str, pos: int) -> int:
+        """A call section inside reasoning, held until `</think>` shows it was reasoning."""
+        plain, marker, pos = self._think_end.scan(text, pos)
+        self._held.append(plain)
+        if marker:
+            self.out.reasoning(self._held_marker + "".join(self._held))
+            self._held.clear()
+            self.handler = self._content_start
+        return pos
+
+    def _finish(self) -> None:
+        if self.handler == self._undecided:  # no `</think>`: the held section is calls
+            held = "".join(self._held) + self._think_end.flush()
+            self._held.clear()
+            self._resume = self._content
+            self.handler = self._section_handler(self._held_marker)
+            self._replay(held)
+        super()._finish()
