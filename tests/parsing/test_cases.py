@@ -36,7 +36,6 @@ PENDING_FORMATS = {
     "llama3_builtin_python_tag",
     "llama3_json",
     "llama4_pythonic",
-    "mistral_json_array",
     "nemotron_toolcall",
     "olmo3_pythonic",
     "phi4_mini",

@@ -16,6 +16,7 @@ from responsekit.parsing.formats import (  # noqa: F401  (imported to register)
     kimi_k2,
     minimax_m2,
     mistral_args,
+    mistral_json_array,
     qwen3_coder_xml,
     seed_oss,
     think_tags,
