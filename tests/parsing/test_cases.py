@@ -26,12 +26,9 @@ REGISTERED = set(available_formats())
 # from here in the change that registers it.
 PENDING_FORMATS = {
     "apertus",
-    "command_r7b",
-    "firefunction_v2",
     "functionary_v3_1",
     "functionary_v3_2",
     "generic_json",
-    "granite_3",
     "lfm2_pythonic",
     "llama3_builtin_python_tag",
     "llama3_json",

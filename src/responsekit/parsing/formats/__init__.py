@@ -4,14 +4,17 @@ To add a format, add its module here (see docs/parsing.md).
 """
 
 from responsekit.parsing.formats import (  # noqa: F401  (imported to register)
+    command_r7b,
     deepseek_r1,
     deepseek_v3_1,
     deepseek_v3_2_dsml,
+    firefunction_v2,
     functiongemma,
     gemma4,
     glm_4_5,
     glm_4_7,
     gpt_oss_harmony,
+    granite_3,
     hermes_json,
     kimi_k2,
     minimax_m2,
