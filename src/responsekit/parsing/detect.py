@@ -74,11 +74,11 @@ _MODEL_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("think_tags", r"phi-4-reasoning|r1-distill"),
         ("xlam", r"xlam"),
         ("llama4_pythonic", r"llama-4"),
+        ("firefunction_v2", r"firefunction"),  # before Llama 3: llama-3-firefunction-v2
         ("llama3_json", r"llama-3"),
         ("command_r7b", r"command-(r7b|a)"),
         ("granite_3", r"granite-3"),
         ("olmo3_pythonic", r"olmo-3"),
-        ("firefunction_v2", r"firefunction"),
         ("functionary_v3_2", r"functionary.*v3\.2"),
         ("functionary_v3_1", r"functionary"),
     )
