@@ -18,6 +18,7 @@ from .auth import key_hash
 from .backends.router import ModelRouter
 from .config import Settings
 from .orchestrator import Orchestrator
+from .outbound import UrlPolicy
 from .record import Recorder
 from .runs import Runs
 from .sealing import Sealer
@@ -36,7 +37,8 @@ def create_app(settings: Settings) -> FastAPI:
         runs = Runs(store, settings.lease_seconds)
         app.state.store = store
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
-        app.state.orchestrator = Orchestrator(router, store, runs, sealer, settings.summarizer_model)
+        urls = UrlPolicy(settings.allowed_hosts)
+        app.state.orchestrator = Orchestrator(router, store, runs, sealer, urls, settings.summarizer_model)
         await runs.start()
         await router.start()
         if not settings.api_keys:

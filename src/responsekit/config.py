@@ -96,6 +96,8 @@ class Settings(BaseSettings):
     """Keys sealing reasoning and compaction blobs, newest first (default: the data dir's key file)."""
     summarizer_model: str | None = None
     """A model that writes reasoning summaries when a request asks for `reasoning.summary`."""
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Hosts or networks (CIDR) that requests may make the server fetch although they are private."""
     lease_seconds: float = 15.0
     """A background response whose process stops renewing it this long is marked failed."""
     upstreams: Annotated[list[UpstreamConfig], NoDecode] = Field(default_factory=list)
@@ -123,7 +125,7 @@ class Settings(BaseSettings):
             return [parse_upstream(item) if isinstance(item, str) else item for item in value]
         return value
 
-    @field_validator("api_keys", "sealing_keys", mode="before")
+    @field_validator("api_keys", "sealing_keys", "allowed_hosts", mode="before")
     @classmethod
     def _keys(cls, value: Any) -> Any:
         if isinstance(value, str):

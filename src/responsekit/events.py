@@ -11,7 +11,7 @@ Events are created once per token on the hot path, so they are plain slotted dat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 
 @dataclass(slots=True)
@@ -73,6 +73,20 @@ class ToolCallEnd:
 
 
 @dataclass(slots=True)
+class ToolResult:
+    """The server ran the tool call `index` (file_search, MCP): what came back.
+
+    `output` is what the model reads next; `data` holds what the client's item shows
+    (search results and citations, for instance).
+    """
+
+    index: int
+    output: str
+    error: str | None = None
+    data: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
 class Usage:
     """Token counts of the whole generation."""
 
@@ -113,6 +127,7 @@ Event: TypeAlias = (
     | ToolCallStart
     | ToolCallDelta
     | ToolCallEnd
+    | ToolResult
     | Usage
     | Finish
     | Error

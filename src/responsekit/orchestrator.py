@@ -21,17 +21,32 @@ from typing import Any
 from .api.http import rendered
 from .api.responses.render import ResponseRenderer
 from .api.responses.request import CreateResponse, initial_response, translate
+from .api.responses.tools import ToolSet
 from .assist import compaction_summary, summarize_reasoning
 from .backends.chat_upstream import ChatUpstream
 from .backends.router import ModelRouter
-from .conversation import GenerationRequest
+from .conversation import GenerationRequest, Message, TextPart, ToolCall
 from .errors import APIError
-from .events import Error, Event, ReasoningDelta, ReasoningSummaryDelta, Usage
+from .events import (
+    Error,
+    Event,
+    Finish,
+    ReasoningDelta,
+    ReasoningSummaryDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    ToolResult,
+    Usage,
+)
 from .ids import new_id
 from .items import normalize_items
 from .runs import TERMINAL, Run, Runs
+from .outbound import UrlPolicy
 from .sealing import Sealer
 from .store import Store
+from .tools import ServerTools
+from .tools.mcp import McpServer, add_mcp_servers
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +66,8 @@ class Prepared:
     renderer: ResponseRenderer
     upstream: ChatUpstream
     generation: GenerationRequest
+    toolset: ToolSet
+    server_tools: ServerTools
 
     @property
     def response(self) -> dict[str, Any]:
@@ -63,12 +80,19 @@ class Prepared:
 
 class Orchestrator:
     def __init__(
-        self, router: ModelRouter, store: Store, runs: Runs, sealer: Sealer, summarizer_model: str | None = None
+        self,
+        router: ModelRouter,
+        store: Store,
+        runs: Runs,
+        sealer: Sealer,
+        urls: UrlPolicy,
+        summarizer_model: str | None = None,
     ) -> None:
         self.router = router
         self.store = store
         self.runs = runs
         self.sealer = sealer
+        self.urls = urls
         self.summarizer_model = summarizer_model
 
     async def prepare(self, body: CreateResponse, owner: str, cache: History | None = None) -> Prepared:
@@ -84,11 +108,22 @@ class Orchestrator:
         inputs = normalize_items(await self._resolve_references(body.input_items, owner))
         if history:
             _check_tool_outputs(history, inputs)
-        translation = translate(body, self.for_model(history + inputs))
-        upstream, translation.generation.model = await self.router.resolve(body.model)
+        upstream, model = await self.router.resolve(body.model)
+        server_tools = ServerTools()
+        mcp_specs = [tool for tool in body.tools if isinstance(tool, dict) and tool.get("type") == "mcp"]
+        servers = await add_mcp_servers(server_tools, mcp_specs, history, self.urls) if mcp_specs else {}
+        items = await _answer_approvals(history + inputs, servers, server_tools)
+        translation = translate(body, self.for_model(items), server_tools.functions)
+        translation.generation.model = model
         seal = partial(self.sealer.seal, "reasoning") if "reasoning.encrypted_content" in body.include else None
-        renderer = ResponseRenderer(initial_response(body, translation.toolset), translation.toolset, seal=seal)
-        prepared = Prepared(body, owner, history, inputs, renderer, upstream, translation.generation)
+        renderer = ResponseRenderer(
+            initial_response(body, translation.toolset), translation.toolset, seal=seal,
+            search_results="file_search_call.results" in body.include,
+        )  # fmt: skip
+        for item in server_tools.ready_items:
+            renderer.add_ready_item(item)
+        prepared = Prepared(body, owner, history, inputs, renderer, upstream, translation.generation,
+                            translation.toolset, server_tools)  # fmt: skip
         await self._compact_if_needed(prepared)
         return prepared
 
@@ -181,24 +216,81 @@ class Orchestrator:
         item, _ = await self.compaction_item(prepared.body.model, prepared.history + prepared.inputs)
         instructions = [i for i in prepared.history if i.get("type") == "message" and i.get("role") in
                         ("system", "developer")]  # fmt: skip
-        translation = translate(prepared.body, self.for_model([*instructions, item, *prepared.inputs]))
+        translation = translate(
+            prepared.body, self.for_model([*instructions, item, *prepared.inputs]), prepared.server_tools.functions
+        )
         prepared.generation = replace(translation.generation, model=prepared.generation.model)
         prepared.renderer.add_ready_item(item)
 
     # --- generation ---------------------------------------------------------------------
 
-    def canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
-        """The engine's events through the stages the request asks for."""
-        events = self._truncating(prepared)
+    async def canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """The response's canonical events: generations, with server-run tools in between.
+
+        When the model calls a tool this server runs (file_search, MCP), the call is run,
+        its result goes to the renderer and, with the call, back to the model in a next
+        generation — until the model answers, calls a client tool, or `max_tool_calls`
+        calls have run (then the model must answer without tools).
+        """
+        generation, calls_run = prepared.generation, 0
+        while True:
+            server_calls: dict[int, tuple[ToolCallStart, list[str]]] = {}
+            client_call = failed = False
+            text: list[str] = []
+            reasoning: list[str] = []
+            finish: Finish | None = None
+            async with aclosing(self._generation(prepared, generation)) as events:
+                async for event in events:
+                    if isinstance(event, ToolCallStart):
+                        if prepared.toolset.origin(event.name).server_side:
+                            server_calls[event.index] = (event, [])
+                        else:
+                            client_call = True
+                    elif isinstance(event, ToolCallDelta) and event.index in server_calls:
+                        server_calls[event.index][1].append(event.arguments)
+                    elif isinstance(event, TextDelta):
+                        text.append(event.text)
+                    elif isinstance(event, ReasoningDelta):
+                        reasoning.append(event.text)
+                    elif isinstance(event, Error):
+                        failed = True
+                    elif isinstance(event, Finish) and server_calls:
+                        finish = event
+                        continue  # the response goes on after the tools ran
+                    yield event
+            if failed or finish is None:
+                return
+            calls, answers = [], []
+            for index, (start, parts) in server_calls.items():
+                arguments = "".join(parts) or "{}"
+                outcome = await prepared.server_tools.run(prepared.toolset.origin(start.name), arguments)
+                calls_run += 1
+                yield ToolResult(index, outcome.output, outcome.error, outcome.data)
+                calls.append(ToolCall(start.id, start.name, arguments))
+                result = f"Error: {outcome.error}" if outcome.error else outcome.output
+                answers.append(Message("tool", [TextPart(result)], tool_call_id=start.id))
+            if client_call or finish.reason == "length":
+                yield Finish("tool_calls" if client_call else finish.reason)
+                return
+            assistant = Message("assistant", [TextPart("".join(text))] if text else [], "".join(reasoning) or None, calls)
+            exhausted = prepared.body.max_tool_calls is not None and calls_run >= prepared.body.max_tool_calls
+            generation = replace(
+                generation,
+                messages=[*generation.messages, assistant, *answers],
+                tool_choice="none" if exhausted else "auto",
+            )
+
+    def _generation(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
+        """One generation's events through the stages the request asks for."""
+        events = self._truncating(prepared, generation)
         reasoning = prepared.body.reasoning
         detail = reasoning and (reasoning.summary or reasoning.generate_summary)
         if detail and self.summarizer_model:
             events = self._summarized(events, detail)
         return events
 
-    async def _truncating(self, prepared: Prepared) -> AsyncIterator[Event]:
+    async def _truncating(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
         """With `truncation: auto`, a context overflow retries without the oldest turns."""
-        generation = prepared.generation
         while True:
             async with aclosing(prepared.upstream.generate(generation)) as events:
                 first = await anext(events, None)
@@ -277,6 +369,42 @@ class Orchestrator:
                 events, run.pending = run.pending, []
             finish = self.store.finish_response(renderer.response, events, prepared.body.conversation_id)
             await asyncio.shield(finish)
+
+
+async def _answer_approvals(
+    items: list[dict[str, Any]], servers: dict[str, McpServer], server_tools: ServerTools
+) -> list[dict[str, Any]]:
+    """Run the MCP calls the user approved (`mcp_approval_response`), where their requests stood.
+
+    An approved call becomes an `mcp_call` item opening the output; a declined one tells
+    the model it was declined. Returns the items with the requests so answered.
+    """
+    answers = {
+        item.get("approval_request_id"): item for item in items if item.get("type") == "mcp_approval_response"
+    }
+    if not answers:
+        return items
+    out = []
+    for item in items:
+        answer = answers.get(item.get("id")) if item.get("type") == "mcp_approval_request" else None
+        if answer is None:
+            out.append(item)
+            continue
+        call = {"id": new_id("mcp"), "type": "mcp_call", "server_label": item.get("server_label"),
+                "name": item.get("name"), "arguments": item.get("arguments") or "{}", "approval_request_id": item["id"],
+                "output": None, "error": None, "status": "completed"}  # fmt: skip
+        server = servers.get(str(item.get("server_label")))
+        if answer.get("approve") and server is not None:
+            outcome = await server.call(str(item.get("name")), call["arguments"])
+            error = (outcome.data or {}).get("error") if outcome.error else None
+            call.update(output=outcome.output or None, error=error, status="failed" if error else "completed")
+            server_tools.ready_items.append(call)
+        else:
+            reason = f": {answer['reason']}" if answer.get("reason") else ""
+            message = f"The user declined this call{reason}."
+            call.update(error={"type": "mcp_protocol_error", "code": -32000, "message": message}, status="failed")
+        out.append(call)
+    return out
 
 
 def _check_tool_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> None:

@@ -8,6 +8,7 @@ event (`response.completed`, `.incomplete` or `.failed`).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from ...events import (
     Error,
     Event,
     Finish,
+    ToolResult,
     ReasoningDelta,
     ReasoningSummaryDelta,
     RefusalDelta,
@@ -31,6 +33,10 @@ from ...events import (
 )
 from ...ids import new_id
 from .tools import CUSTOM_INPUT, ToolSet
+
+_CITATION = re.compile(r"\[(\d{1,4})\]")
+_CITATION_LONGEST = 6
+"""A marker is at most `[9999]`: a part's last characters may still start one."""
 
 # The `response.error.code` values of the API; context_length_exceeded is sent by OpenAI
 # (Codex acts on it) although the SDK's enum does not list it.
@@ -45,6 +51,11 @@ class _Message:
     kind: str | None = None
     """`output_text` or `refusal`: the part being streamed, if any."""
     buffer: list[str] = field(default_factory=list)
+    length: int = 0
+    """Characters of the current part so far."""
+    annotations: list[dict[str, Any]] = field(default_factory=list)
+    unscanned: str = ""
+    """The end of the part that may still begin a citation marker."""
 
 
 @dataclass(slots=True)
@@ -60,7 +71,8 @@ class _Reasoning:
 class _Call:
     item: dict[str, Any]
     output_index: int
-    custom: bool
+    kind: str
+    """`function`, `custom`, `file_search`, `mcp` or `mcp_approval`."""
     buffer: list[str] = field(default_factory=list)
     streamed_input: str = ""
     """For custom tools: the part of the `input` string already sent as deltas."""
@@ -73,11 +85,18 @@ class ResponseRenderer:
         toolset: ToolSet,
         first_sequence: int = 0,
         seal: Callable[[str], str] | None = None,
+        search_results: bool = False,
     ) -> None:
-        """`seal`, when given, seals each reasoning text into its item's `encrypted_content`."""
+        """`seal`, when given, seals each reasoning text into its item's `encrypted_content`;
+        `search_results` puts file_search results in their items (`include`)."""
         self.response = response
         self._toolset = toolset
         self._seal = seal
+        self._search_results = search_results
+        self._waiting: dict[int, _Call] = {}
+        """Server-run calls whose arguments are complete, waiting for their result."""
+        self._citations: dict[int, dict[str, Any]] = {}
+        """Search results the answer may cite as `[n]`, by n."""
         self._sequence = first_sequence
         self._ready: list[dict[str, Any]] = []
         self._items: list[dict[str, Any] | None] = []
@@ -96,10 +115,29 @@ class ResponseRenderer:
         self.response["status"] = "in_progress"
         out = [created, self._event("response.in_progress", response=self._snapshot())]
         for item in self._ready:
-            index = self._reserve()
-            out.append(self._event("response.output_item.added", output_index=index, item=item))
-            self._done(out, index, item)
+            self._ready_item(out, item)
         return out
+
+    def _ready_item(self, out: list[dict[str, Any]], item: dict[str, Any]) -> None:
+        """An item already complete, with the lifecycle events of its type."""
+        index = self._reserve()
+        where = {"item_id": item["id"], "output_index": index}
+        kind = item["type"]
+        if kind == "mcp_list_tools":
+            out.append(self._event("response.output_item.added", output_index=index, item={**item, "tools": []}))
+            out.append(self._event("response.mcp_list_tools.in_progress", **where))
+            ending = "failed" if item.get("error") else "completed"
+            out.append(self._event(f"response.mcp_list_tools.{ending}", **where))
+        elif kind == "mcp_call":
+            added = {**item, "status": "in_progress", "output": None, "error": None}
+            out.append(self._event("response.output_item.added", output_index=index, item=added))
+            out.append(self._event("response.mcp_call.in_progress", **where))
+            out.append(self._event("response.mcp_call_arguments.delta", **where, delta=item["arguments"]))
+            out.append(self._event("response.mcp_call_arguments.done", **where, arguments=item["arguments"]))
+            out.append(self._event(f"response.mcp_call.{'failed' if item.get('error') else 'completed'}", **where))
+        else:
+            out.append(self._event("response.output_item.added", output_index=index, item=item))
+        self._done(out, index, item)
 
     def add_ready_item(self, item: dict[str, Any]) -> None:
         """An item complete before generation starts (a compaction item): it opens the output."""
@@ -122,7 +160,9 @@ class ResponseRenderer:
         elif isinstance(event, ReasoningSummaryDelta):
             self._summary_delta(out, event.text)
         elif isinstance(event, Usage):
-            self._usage = event
+            self._usage = event if self._usage is None else _added(self._usage, event)
+        elif isinstance(event, ToolResult):
+            self._tool_result(out, event)
         elif isinstance(event, Finish):
             self._finish(out, event)
         elif isinstance(event, Error):
@@ -161,6 +201,9 @@ class ResponseRenderer:
                 item_id=message.id, output_index=message.output_index,
                 content_index=len(message.parts), delta=delta, logprobs=[],
             ))
+            if self._citations:
+                self._cite(out, message, delta)
+            message.length += len(delta)
         else:
             out.append(self._event(
                 "response.refusal.delta",
@@ -168,13 +211,33 @@ class ResponseRenderer:
                 content_index=len(message.parts), delta=delta,
             ))
 
+    def _cite(self, out: list[dict[str, Any]], message: _Message, delta: str) -> None:
+        """`[n]` naming a search result becomes a file_citation annotation at that place."""
+        text = message.unscanned + delta
+        offset = message.length + len(delta) - len(text)
+        end = 0
+        for match in _CITATION.finditer(text):
+            end = match.end()
+            source = self._citations.get(int(match.group(1)))
+            if source is None:
+                continue
+            annotation = {"type": "file_citation", "file_id": source["file_id"], "filename": source["filename"],
+                          "index": offset + match.start()}  # fmt: skip
+            out.append(self._event(
+                "response.output_text.annotation.added",
+                item_id=message.id, output_index=message.output_index, content_index=len(message.parts),
+                annotation_index=len(message.annotations), annotation=annotation,
+            ))
+            message.annotations.append(annotation)
+        message.unscanned = text[max(end, len(text) - _CITATION_LONGEST):]
+
     def _close_part(self, out: list[dict[str, Any]], message: _Message) -> None:
         if message.kind is None:
             return
         text = "".join(message.buffer)
         where = {"item_id": message.id, "output_index": message.output_index, "content_index": len(message.parts)}
         if message.kind == "output_text":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            part = {"type": "output_text", "text": text, "annotations": message.annotations, "logprobs": []}
             out.append(self._event("response.output_text.done", **where, text=text, logprobs=[]))
         else:
             part = {"type": "refusal", "refusal": text}
@@ -182,7 +245,7 @@ class ResponseRenderer:
         out.append(self._event("response.content_part.done", **where, part=part))
         message.parts.append(part)
         message.kind = None
-        message.buffer = []
+        message.buffer, message.length, message.annotations, message.unscanned = [], 0, [], ""
 
     def _close_message(self, out: list[dict[str, Any]], status: str) -> None:
         message = self._message
@@ -254,29 +317,45 @@ class ResponseRenderer:
         self._close_reasoning(out, "completed")
         self._close_message(out, "completed")
         origin = self._toolset.origin(event.name)
-        custom = origin.kind == "custom"
-        item: dict[str, Any] = (
-            {"id": new_id("ctc"), "type": "custom_tool_call", "status": "in_progress",
-             "call_id": event.id, "name": origin.name, "input": ""}
-            if custom
-            else {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
-                  "call_id": event.id, "name": origin.name, "arguments": ""}
-        )  # fmt: skip
-        if origin.namespace:
-            item["namespace"] = origin.namespace
-        call = self._calls[event.index] = _Call(item, self._reserve(), custom)
+        kind = "mcp_approval" if origin.needs_approval else origin.kind
+        item: dict[str, Any]
+        if kind == "function":
+            item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
+                    "call_id": event.id, "name": origin.name, "arguments": ""}  # fmt: skip
+            if origin.namespace:
+                item["namespace"] = origin.namespace
+        elif kind == "custom":
+            item = {"id": new_id("ctc"), "type": "custom_tool_call", "status": "in_progress",
+                    "call_id": event.id, "name": origin.name, "input": ""}  # fmt: skip
+            if origin.namespace:
+                item["namespace"] = origin.namespace
+        elif kind == "file_search":
+            item = {"id": new_id("fs"), "type": "file_search_call", "status": "in_progress", "queries": [],
+                    "results": None}  # fmt: skip
+        elif kind == "mcp":
+            item = {"id": new_id("mcp"), "type": "mcp_call", "status": "in_progress", "server_label": origin.namespace,
+                    "name": origin.name, "arguments": "", "output": None, "error": None}  # fmt: skip
+        else:
+            item = {"id": new_id("mcpr"), "type": "mcp_approval_request", "server_label": origin.namespace,
+                    "name": origin.name, "arguments": ""}  # fmt: skip
+        call = self._calls[event.index] = _Call(item, self._reserve(), kind)
         out.append(self._event("response.output_item.added", output_index=call.output_index, item=dict(item)))
+        where = {"item_id": item["id"], "output_index": call.output_index}
+        if kind == "file_search":
+            out.append(self._event("response.file_search_call.in_progress", **where))
+        elif kind == "mcp":
+            out.append(self._event("response.mcp_call.in_progress", **where))
 
     def _call_delta(self, out: list[dict[str, Any]], event: ToolCallDelta) -> None:
         call = self._calls.get(event.index)
         if call is None or not event.arguments:
             return
         call.buffer.append(event.arguments)
-        if not call.custom:
-            out.append(self._event(
-                "response.function_call_arguments.delta",
-                item_id=call.item["id"], output_index=call.output_index, delta=event.arguments,
-            ))
+        if call.kind in ("function", "mcp"):
+            kind = "response.function_call_arguments.delta" if call.kind == "function" else "response.mcp_call_arguments.delta"
+            out.append(self._event(kind, item_id=call.item["id"], output_index=call.output_index, delta=event.arguments))
+            return
+        if call.kind != "custom":
             return
         text = _custom_input("".join(call.buffer), partial=True)
         if text is not None and len(text) > len(call.streamed_input) and text.startswith(call.streamed_input):
@@ -296,7 +375,7 @@ class ResponseRenderer:
         item = call.item
         arguments = "".join(call.buffer)
         where = {"item_id": item["id"], "output_index": call.output_index}
-        if call.custom:
+        if call.kind == "custom":
             text = _custom_input(arguments, partial=False)
             if text is None:
                 text = arguments  # the model wrote the input itself rather than JSON
@@ -304,16 +383,53 @@ class ResponseRenderer:
                 self._custom_delta(out, call, text[len(call.streamed_input):])
             item["input"] = text
             out.append(self._event("response.custom_tool_call_input.done", **where, input=text))
+        elif call.kind == "file_search":
+            item["queries"] = _queries(arguments)
+            if status == "completed":
+                out.append(self._event("response.file_search_call.searching", **where))
+                self._waiting[index] = call
+                return
         else:
             if not arguments.strip():
                 # A call without arguments: OpenAI sends "{}", and deltas must join to it.
                 arguments = "{}"
-                out.append(self._event("response.function_call_arguments.delta", **where, delta=arguments))
+                if call.kind in ("function", "mcp"):
+                    kind = "response.function_call_arguments.delta" if call.kind == "function" else "response.mcp_call_arguments.delta"
+                    out.append(self._event(kind, **where, delta=arguments))
             item["arguments"] = arguments
-            out.append(self._event(
-                "response.function_call_arguments.done", **where, arguments=arguments, name=item["name"]
-            ))
-        item["status"] = status
+            if call.kind == "function":
+                out.append(self._event("response.function_call_arguments.done", **where, arguments=arguments,
+                                       name=item["name"]))  # fmt: skip
+            elif call.kind == "mcp":
+                out.append(self._event("response.mcp_call_arguments.done", **where, arguments=arguments))
+                if status == "completed":
+                    self._waiting[index] = call
+                    return
+        if call.kind != "mcp_approval":
+            item["status"] = status if call.kind in ("function", "custom") else "incomplete"
+        self._done(out, call.output_index, item)
+
+    def _tool_result(self, out: list[dict[str, Any]], result: ToolResult) -> None:
+        """A server-run call's outcome completes its item (and may bring citable results)."""
+        call = self._waiting.pop(result.index, None)
+        if call is None:
+            return
+        item, data = call.item, result.data or {}
+        where = {"item_id": item["id"], "output_index": call.output_index}
+        if call.kind == "file_search":
+            self._citations.update(data.get("citations", {}))
+            item["status"] = "failed" if result.error else "completed"
+            if self._search_results:
+                item["results"] = data.get("results", [])
+            out.append(self._event("response.file_search_call.completed", **where))
+        else:
+            if result.error:
+                error = data.get("error") or {"type": "mcp_protocol_error", "code": -32603, "message": result.error}
+                item["status"], item["error"] = "failed", error
+                out.append(self._event("response.mcp_call.failed", **where))
+            else:
+                item["status"], item["output"] = "completed", result.output
+                out.append(self._event("response.mcp_call.completed", **where))
         self._done(out, call.output_index, item)
 
     # --- the end ----------------------------------------------------------------------
@@ -323,6 +439,8 @@ class ResponseRenderer:
         self._close_message(out, status)
         for index in sorted(self._calls):
             self._call_end(out, index, status)
+        for index in sorted(self._waiting):
+            self._tool_result(out, ToolResult(index, "", error="The response ended before the tool answered."))
 
     def _finish(self, out: list[dict[str, Any]], event: Finish) -> None:
         if self.finished:
@@ -412,6 +530,29 @@ def _custom_input(arguments: str, *, partial: bool) -> str | None:
         return None
     text = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
     return text if isinstance(text, str) else None
+
+
+def _queries(arguments: str) -> list[str]:
+    """The queries of a file_search call's arguments (`{"queries": [...]}`, or one `query`)."""
+    try:
+        value = jiter.from_json(arguments.encode()) if arguments.strip() else {}
+    except ValueError:
+        return [arguments] if arguments.strip() else []
+    if not isinstance(value, dict):
+        return []
+    queries = value.get("queries", value.get("query", []))
+    queries = [queries] if isinstance(queries, str) else queries
+    return [str(query) for query in queries if query] if isinstance(queries, list) else []
+
+
+def _added(first: Usage, second: Usage) -> Usage:
+    """Usage of a response that took several generations (server-run tools in between)."""
+    return Usage(
+        first.input_tokens + second.input_tokens,
+        first.output_tokens + second.output_tokens,
+        first.cached_tokens + second.cached_tokens,
+        first.reasoning_tokens + second.reasoning_tokens,
+    )
 
 
 def _output_text(output: list[dict[str, Any]]) -> str:

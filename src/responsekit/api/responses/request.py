@@ -13,14 +13,15 @@ import binascii
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ...conversation import GenerationRequest, ImagePart, Message, Part, TextPart, ToolCall
+from ...conversation import FunctionTool, GenerationRequest, ImagePart, Message, Part, TextPart, ToolCall
 from ...ids import new_id
-from .tools import CUSTOM_INPUT, ToolSet, translate_tool_choice, translate_tools
+from .tools import CUSTOM_INPUT, ToolOrigin, ToolSet, translate_tool_choice, translate_tools
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +120,14 @@ class Translation:
     toolset: ToolSet
 
 
-def translate(body: CreateResponse, items: list[Any]) -> Translation:
-    """The canonical request for `body`, over `items`: the history and the new input."""
-    toolset = translate_tools(body.tools)
+def translate(
+    body: CreateResponse, items: list[Any], served: Sequence[tuple[ToolOrigin, FunctionTool]] = ()
+) -> Translation:
+    """The canonical request for `body`, over `items` (the history and the new input).
+
+    `served` are the tools this server runs itself for the request (file_search, MCP).
+    """
+    toolset = translate_tools(body.tools, served)
     tool_choice, functions = translate_tool_choice(body.tool_choice, toolset)
     messages: list[Message] = []
     if body.instructions:
@@ -248,6 +254,40 @@ class _HistoryBuilder:
 
     _custom_tool_call_output = _function_call_output
 
+    def _mcp_call(self, item: dict[str, Any]) -> None:
+        """An MCP call the server ran: the model sees its call and what came back."""
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise _Skip("mcp_call without a name")
+        call_id = str(item.get("id") or new_id("call"))
+        model_name = self.toolset.model_name(name, item.get("server_label"))
+        arguments = item.get("arguments") or "{}"
+        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(call_id, model_name, str(arguments)))
+        error = item.get("error")
+        if isinstance(error, dict):
+            error = error.get("message") or json.dumps(error.get("content", error), ensure_ascii=False)
+        result = f"Error: {error}" if error else str(item.get("output") or "")
+        self.messages.append(Message("tool", [TextPart(result)], tool_call_id=call_id))
+
+    def _file_search_call(self, item: dict[str, Any]) -> None:
+        """A search the server ran: the model sees its queries and the results (when kept)."""
+        call_id = str(item.get("id") or new_id("call"))
+        arguments = json.dumps({"queries": item.get("queries") or []}, ensure_ascii=False)
+        turn = self._assistant_turn(allow_append=True)
+        turn.tool_calls.append(ToolCall(call_id, self.toolset.model_name("file_search"), arguments))
+        results = item.get("results")
+        text = format_results(results) if results else "The results of this search were not kept."
+        self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
+
+    def _mcp_list_tools(self, item: dict[str, Any]) -> None:
+        """Listings are for the client and the server (which reuses them), not the model."""
+
+    def _mcp_approval_request(self, item: dict[str, Any]) -> None:
+        """A call still waiting for approval has not happened (an approved one arrives as an mcp_call)."""
+
+    def _mcp_approval_response(self, item: dict[str, Any]) -> None:
+        """Approvals are acted on by the orchestrator before generation."""
+
     # --- helpers ----------------------------------------------------------------------
 
     def _assistant_turn(self, *, allow_append: bool) -> Message:
@@ -296,6 +336,16 @@ def _answer_every_call(messages: list[Message]) -> list[Message]:
 def _no_output(call: ToolCall) -> Message:
     log.warning("tool call %s has no output in the history; telling the model so", call.id)
     return Message("tool", [TextPart("No output was recorded for this tool call.")], tool_call_id=call.id)
+
+
+def format_results(results: list[dict[str, Any]], first_number: int = 1) -> str:
+    """Search results as the model reads them, numbered so that it can cite them as `[n]`."""
+    blocks = [
+        f"[{first_number + position}] {result.get('filename', '')} (score {float(result.get('score') or 0):.3f})\n"
+        f"{result.get('text', '')}"
+        for position, result in enumerate(results)
+    ]
+    return "\n\n".join(blocks) if blocks else "No results."
 
 
 def _reasoning_text(item: dict[str, Any]) -> str:

@@ -9,7 +9,8 @@ component of this server runs are dropped with a warning.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ...conversation import FunctionTool, NamedToolChoice, ToolChoice
@@ -30,11 +31,21 @@ HOSTED_TOOL_TYPES = frozenset({
 
 @dataclass(frozen=True, slots=True)
 class ToolOrigin:
-    """What a model-facing function name stands for on the client's side."""
+    """What a model-facing function name stands for on the client's side.
 
-    kind: Literal["function", "custom"]
+    `function` and `custom` calls go back to the client; `file_search` and `mcp` calls
+    the server runs itself (`namespace` is then the MCP server's label), unless they need
+    the user's approval first.
+    """
+
+    kind: Literal["function", "custom", "file_search", "mcp"]
     name: str
     namespace: str | None = None
+    needs_approval: bool = False
+
+    @property
+    def server_side(self) -> bool:
+        return self.kind in ("file_search", "mcp") and not self.needs_approval
 
 
 @dataclass(slots=True)
@@ -46,7 +57,7 @@ class ToolSet:
     """The `tools` of the Response object."""
 
     def model_name(self, name: str, namespace: str | None = None) -> str:
-        """The name the model knows a client tool by (also for tools no longer offered)."""
+        """The name the model knows a tool by (also for tools no longer offered)."""
         for model_name, origin in self.origins.items():
             if origin.name == name and origin.namespace == namespace:
                 return model_name
@@ -56,9 +67,13 @@ class ToolSet:
         return self.origins.get(model_name) or ToolOrigin("function", model_name)
 
 
-def translate_tools(tools: list[Any]) -> ToolSet:
+def translate_tools(
+    tools: list[Any], served: Sequence[tuple[ToolOrigin, FunctionTool]] = ()
+) -> ToolSet:
+    """The functions the model sees: the client's tools, and `served`, the tools this server runs."""
     toolset = ToolSet()
-    entries: list[tuple[str | None, dict[str, Any]]] = []
+    entries: list[tuple[ToolOrigin, FunctionTool]] = []
+    served_kinds = {origin.kind for origin, _ in served}
     for position, tool in enumerate(tools):
         param = f"tools[{position}]"
         if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
@@ -66,7 +81,7 @@ def translate_tools(tools: list[Any]) -> ToolSet:
         kind = tool["type"]
         if kind in ("function", "custom"):
             _require_name(tool, param)
-            entries.append((None, tool))
+            entries.append((ToolOrigin(kind, tool["name"]), _function(tool["name"], tool)))
             toolset.echo.append(_echo(tool))
         elif kind == "namespace":
             _require_name(tool, param)
@@ -78,24 +93,27 @@ def translate_tools(tools: list[Any]) -> ToolSet:
                 if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
                     raise APIError(400, "Namespace members must be function or custom tools.", param=member_param, code="invalid_value")
                 _require_name(member, member_param)
-                entries.append((tool["name"], member))
+                origin = ToolOrigin(member["type"], member["name"], tool["name"])
+                entries.append((origin, _function(member["name"], member)))
             toolset.echo.append(
                 {**tool, "description": tool.get("description", ""), "tools": [_echo(m) for m in inner]}
             )
         elif kind in HOSTED_TOOL_TYPES:
-            log.warning("dropping hosted tool %r: no component of this server runs it", kind)
+            if kind not in served_kinds:
+                log.warning("dropping hosted tool %r: no component of this server runs it", kind)
             toolset.echo.append(tool)
         else:
             log.warning("dropping tool of unknown type %r", kind)
+    entries.extend(served)
 
-    names = [tool["name"] for _, tool in entries]
-    for namespace, tool in entries:
-        name = tool["name"]
-        model_name = name if not namespace or names.count(name) == 1 else f"{namespace}__{name}"
+    names = [function.name for _, function in entries]
+    for origin, function in entries:
+        name = function.name
+        model_name = name if not origin.namespace or names.count(name) == 1 else f"{origin.namespace}__{name}"
         if model_name in toolset.origins:
             raise APIError(400, f"Duplicate tool name `{model_name}`.", param="tools", code="invalid_value")
-        toolset.origins[model_name] = ToolOrigin(tool["type"], name, namespace)
-        toolset.functions.append(_function(model_name, tool))
+        toolset.origins[model_name] = origin
+        toolset.functions.append(replace(function, name=model_name))
     return toolset
 
 
@@ -136,9 +154,9 @@ def _require_name(tool: dict[str, Any], param: str) -> None:
         raise APIError(400, f"Missing required parameter: '{param}.name'.", param=f"{param}.name", code="missing_required_parameter")
 
 
-def _function(model_name: str, tool: dict[str, Any]) -> FunctionTool:
+def _function(name: str, tool: dict[str, Any]) -> FunctionTool:
     if tool["type"] == "function":
-        return FunctionTool(model_name, tool.get("description"), tool.get("parameters"), tool.get("strict"))
+        return FunctionTool(name, tool.get("description"), tool.get("parameters"), tool.get("strict"))
     description = tool.get("description") or ""
     form = tool.get("format") or {}
     if form.get("type") == "grammar" and form.get("definition"):
@@ -152,7 +170,7 @@ def _function(model_name: str, tool: dict[str, Any]) -> FunctionTool:
         "required": [CUSTOM_INPUT],
         "additionalProperties": False,
     }
-    return FunctionTool(model_name, description.strip() or None, parameters, None)
+    return FunctionTool(name, description.strip() or None, parameters, None)
 
 
 def _echo(tool: dict[str, Any]) -> dict[str, Any]:

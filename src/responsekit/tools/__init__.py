@@ -1,0 +1,48 @@
+"""Tools the server runs itself inside a response: file_search and remote MCP servers.
+
+The model sees them as functions; when it calls one, the orchestrator runs it and feeds
+the result back until the model answers. Each request's server tools are prepared once
+(MCP servers are listed, or their listing is taken from the conversation's history).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api.responses.tools import ToolOrigin
+from ..conversation import FunctionTool
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    output: str
+    """What the model reads."""
+    error: str | None = None
+    data: dict[str, Any] | None = None
+    """What the client's item shows beyond the output (search results, citations)."""
+
+
+Runner = Callable[[str], Awaitable[ToolOutcome]]
+
+
+@dataclass(slots=True)
+class ServerTools:
+    """The server-run tools of one request."""
+
+    functions: list[tuple[ToolOrigin, FunctionTool]] = field(default_factory=list)
+    """Each tool as the model sees it (its function's name is the tool's own)."""
+    ready_items: list[dict[str, Any]] = field(default_factory=list)
+    """Items produced before generation (MCP listings, approved calls run now)."""
+    runners: dict[tuple[str, str | None, str], Runner] = field(default_factory=dict)
+
+    def add(self, origin: ToolOrigin, function: FunctionTool, runner: Runner) -> None:
+        self.functions.append((origin, function))
+        self.runners[(origin.kind, origin.namespace, origin.name)] = runner
+
+    async def run(self, origin: ToolOrigin, arguments: str) -> ToolOutcome:
+        runner = self.runners.get((origin.kind, origin.namespace, origin.name))
+        if runner is None:
+            return ToolOutcome("", error=f"The tool {origin.name} is not available.")
+        return await runner(arguments)
