@@ -26,12 +26,8 @@ REGISTERED = set(available_formats())
 # from here in the change that registers it.
 PENDING_FORMATS = {
     "apertus",
-    "functionary_v3_1",
-    "functionary_v3_2",
     "generic_json",
     "lfm2_pythonic",
-    "llama3_builtin_python_tag",
-    "llama3_json",
     "llama4_pythonic",
     "nemotron_toolcall",
     "olmo3_pythonic",
