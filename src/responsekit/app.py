@@ -10,6 +10,8 @@ from fastapi import FastAPI
 
 from . import __version__
 from .api import conversations, models
+from .api import files as files_api
+from .api import vector_stores as vector_stores_api
 from .api.chat import routes as chat
 from .api.http import install_error_handlers
 from .api.responses import routes as responses
@@ -17,6 +19,7 @@ from .api.responses import websocket
 from .auth import key_hash
 from .backends.router import ModelRouter
 from .config import Settings
+from .files.service import VectorStores
 from .orchestrator import Orchestrator
 from .outbound import UrlPolicy
 from .record import Recorder
@@ -36,6 +39,8 @@ def create_app(settings: Settings) -> FastAPI:
         store = await Store.open(settings.database)
         runs = Runs(store, settings.lease_seconds)
         app.state.store = store
+        app.state.vector_stores = await VectorStores.open(settings, store.database)
+        await app.state.vector_stores.start()
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)
         app.state.orchestrator = Orchestrator(router, store, runs, sealer, urls, settings.summarizer_model)
@@ -51,13 +56,15 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             await runs.stop(settings.shutdown_timeout)
             await router.aclose()
+            await app.state.vector_stores.close()
             await store.close()
 
     app = FastAPI(title="ResponseKit", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     app.state.router = router
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
-    for frontend in (responses.router, websocket.router, conversations.router, chat.router, models.api):
+    for frontend in (responses.router, websocket.router, conversations.router, chat.router, models.api,
+                     files_api.router, vector_stores_api.router):
         app.include_router(frontend, prefix="/v1")
         # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
         app.include_router(frontend, include_in_schema=False)

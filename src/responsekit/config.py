@@ -112,6 +112,16 @@ class Settings(BaseSettings):
     shutdown_timeout: float = 30.0
     """On SIGTERM, seconds to let in-flight streams finish."""
     log_level: str = "info"
+    max_file_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    """The largest upload `/v1/files` accepts (OpenAI's limit is 512 MB)."""
+    files_dir: Path | None = None
+    """Where uploaded files are kept: default the data dir's `files/` on SQLite, large objects on PostgreSQL."""
+    embedding_url: str | None = None
+    """An OpenAI-compatible base URL whose `/embeddings` embeds chunks; default: the bundled all-MiniLM-L6-v2."""
+    embedding_model: str = "all-MiniLM-L6-v2"
+    """The model asked of `embedding_url` (a vector store's chunks and queries must use one model)."""
+    embedding_api_key: str | None = None
+    """Sent as `Authorization: Bearer …` to `embedding_url`."""
 
     @field_validator("upstreams", mode="before")
     @classmethod

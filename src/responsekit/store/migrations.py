@@ -51,6 +51,53 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE UNIQUE INDEX conversation_items_by_id ON conversation_items (conversation_id, item_id)",
     ],
+    [  # 2: uploaded files, vector stores, their files and file batches (chunks live in the search index)
+        """CREATE TABLE files (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            filename TEXT NOT NULL,
+            purpose TEXT NOT NULL,
+            bytes BIGINT NOT NULL,
+            expires_at BIGINT,
+            blob TEXT NOT NULL
+        )""",
+        "CREATE INDEX files_by_owner ON files (owner, created_ms, id)",
+        """CREATE TABLE vector_stores (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            name TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            expires_after_days INTEGER,
+            last_active_at BIGINT NOT NULL
+        )""",
+        "CREATE INDEX vector_stores_by_owner ON vector_stores (owner, created_ms, id)",
+        """CREATE TABLE vector_store_file_batches (
+            id TEXT PRIMARY KEY,
+            vector_store_id TEXT NOT NULL REFERENCES vector_stores (id) ON DELETE CASCADE,
+            created_ms BIGINT NOT NULL,
+            cancelled BOOLEAN NOT NULL DEFAULT FALSE
+        )""",
+        """CREATE TABLE vector_store_files (
+            vector_store_id TEXT NOT NULL REFERENCES vector_stores (id) ON DELETE CASCADE,
+            file_id TEXT NOT NULL REFERENCES files (id) ON DELETE CASCADE,
+            created_ms BIGINT NOT NULL,
+            status TEXT NOT NULL,
+            last_error TEXT,
+            attributes TEXT NOT NULL,
+            max_chunk_size_tokens INTEGER NOT NULL,
+            chunk_overlap_tokens INTEGER NOT NULL,
+            usage_bytes BIGINT NOT NULL DEFAULT 0,
+            batch_id TEXT,
+            token TEXT NOT NULL,
+            lease_until BIGINT,
+            PRIMARY KEY (vector_store_id, file_id)
+        )""",
+        "CREATE INDEX vector_store_files_pending ON vector_store_files (status, lease_until)",
+        "CREATE INDEX vector_store_files_by_file ON vector_store_files (file_id)",
+        "CREATE INDEX vector_store_files_by_batch ON vector_store_files (batch_id)",
+    ],
 ]
 
 

@@ -1,0 +1,127 @@
+"""`/v1/files`: upload (multipart), list, retrieve, delete, and the content of a file."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.datastructures import UploadFile
+
+from ..auth import Owner
+from ..errors import APIError
+from ..files.blobs import PIECE
+from ..files.service import VectorStores
+
+router = APIRouter()
+
+PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+MULTIPART_SLACK = 64 * 1024
+"""Room for the multipart envelope (boundaries, headers, `purpose`) above the file itself."""
+
+
+def service(request: Request) -> VectorStores:
+    return request.app.state.vector_stores
+
+
+@router.post("/files")
+async def upload(request: Request, owner: Owner) -> dict[str, Any]:
+    limit: int = request.app.state.settings.max_file_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit + MULTIPART_SLACK:
+        raise _too_large(limit)
+    form = await request.form(max_files=1, max_fields=8)
+    try:
+        file, purpose = form.get("file"), form.get("purpose")
+        if not isinstance(file, UploadFile):
+            raise APIError(400, "Missing required parameter: 'file' (a multipart file part).", param="file",
+                           code="missing_required_parameter")  # fmt: skip
+        if not isinstance(purpose, str):
+            raise APIError(400, "Missing required parameter: 'purpose'.", param="purpose",
+                           code="missing_required_parameter")  # fmt: skip
+        if purpose not in PURPOSES:
+            raise APIError(400, f"Invalid value for 'purpose': expected one of {', '.join(PURPOSES)}.",
+                           param="purpose", code="invalid_value")  # fmt: skip
+        size = file.size if file.size is not None else 0
+        if size > limit:
+            raise _too_large(limit)
+        filename = (file.filename or "").replace("\\", "/").rsplit("/", 1)[-1]
+        if not filename:
+            raise APIError(400, "The file part needs a filename.", param="file", code="invalid_value")
+        stored = await service(request).add_file(owner, filename, purpose, size, _pieces(file),
+                                                 _expires_after(form.get("expires_after[anchor]"),
+                                                                form.get("expires_after[seconds]")))  # fmt: skip
+    finally:
+        await form.close()
+    return stored.body()
+
+
+async def _pieces(file: UploadFile) -> AsyncIterator[bytes]:
+    await file.seek(0)
+    while piece := await file.read(PIECE):
+        yield piece
+
+
+def _expires_after(anchor: Any, seconds: Any) -> int | None:
+    """`expires_after[anchor]=created_at` and `expires_after[seconds]=N` (3600 to 30 days), as OpenAI takes them."""
+    if anchor is None and seconds is None:
+        return None
+    if anchor != "created_at":
+        raise APIError(400, "expires_after[anchor] must be 'created_at'.", param="expires_after.anchor",
+                       code="invalid_value")  # fmt: skip
+    if not isinstance(seconds, str) or not seconds.isdigit() or not 3600 <= int(seconds) <= 2_592_000:
+        raise APIError(400, "expires_after[seconds] must be an integer from 3600 to 2592000.",
+                       param="expires_after.seconds", code="invalid_value")  # fmt: skip
+    return int(seconds)
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(413, f"The file is larger than this server's limit of {limit} bytes.", param="file",
+                    code="file_too_large")  # fmt: skip
+
+
+@router.get("/files")
+async def list_files(
+    request: Request,
+    owner: Owner,
+    purpose: str | None = None,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
+    order: Literal["asc", "desc"] = "desc",
+) -> dict[str, Any]:
+    page = await service(request).catalog.list_files(owner, purpose, after, limit, order)
+    if page is None:
+        raise APIError(400, f"`after` names no file of yours: {after!r}.", param="after", code="invalid_value")
+    return page.body()
+
+
+@router.get("/files/{file_id}")
+async def retrieve_file(request: Request, file_id: str, owner: Owner) -> dict[str, Any]:
+    file = await service(request).catalog.get_file(owner, file_id)
+    if file is None:
+        raise not_found(file_id)
+    return file.body()
+
+
+@router.delete("/files/{file_id}")
+async def delete_file(request: Request, file_id: str, owner: Owner) -> dict[str, Any]:
+    if not await service(request).delete_file(owner, file_id):
+        raise not_found(file_id)
+    return {"id": file_id, "object": "file", "deleted": True}
+
+
+@router.get("/files/{file_id}/content")
+async def file_content(request: Request, file_id: str, owner: Owner) -> StreamingResponse:
+    files = service(request)
+    file = await files.catalog.get_file(owner, file_id)
+    if file is None:
+        raise not_found(file_id)
+    disposition = f"attachment; filename*=UTF-8''{quote(file.filename, safe='')}"
+    return StreamingResponse(files.blobs.read(file.blob), media_type="application/octet-stream",
+                             headers={"Content-Length": str(file.bytes), "Content-Disposition": disposition})  # fmt: skip
+
+
+def not_found(file_id: str) -> APIError:
+    return APIError(404, f"No such File object: {file_id}", param="id", code="not_found")

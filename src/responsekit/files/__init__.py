@@ -1,0 +1,1 @@
+"""Files and vector stores: blob storage, text extraction, chunking, embeddings, the hybrid search index."""
