@@ -27,12 +27,8 @@ REGISTERED = set(available_formats())
 PENDING_FORMATS = {
     "apertus",
     "generic_json",
-    "lfm2_pythonic",
-    "llama4_pythonic",
     "nemotron_toolcall",
-    "olmo3_pythonic",
     "phi4_mini",
-    "pythonic",
     "xlam",
 }
 
