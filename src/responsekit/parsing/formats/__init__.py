@@ -4,6 +4,7 @@ To add a format, add its module here (see docs/parsing.md).
 """
 
 from responsekit.parsing.formats import (  # noqa: F401  (imported to register)
+    apertus,
     command_r7b,
     deepseek_r1,
     deepseek_v3_1,
@@ -13,6 +14,7 @@ from responsekit.parsing.formats import (  # noqa: F401  (imported to register)
     functionary_v3_2,
     functiongemma,
     gemma4,
+    generic_json,
     glm_4_5,
     glm_4_7,
     gpt_oss_harmony,
@@ -26,9 +28,12 @@ from responsekit.parsing.formats import (  # noqa: F401  (imported to register)
     minimax_m2,
     mistral_args,
     mistral_json_array,
+    nemotron_toolcall,
     olmo3_pythonic,
+    phi4_mini,
     pythonic,
     qwen3_coder_xml,
     seed_oss,
     think_tags,
+    xlam,
 )
