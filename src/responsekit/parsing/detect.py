@@ -73,6 +73,8 @@ _MODEL_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("phi4_mini", r"phi-4-mini"),
         ("think_tags", r"phi-4-reasoning|r1-distill"),
         ("xlam", r"xlam"),
+        ("pythonic", r"toolace|gemma-3"),  # before Llama 3: ToolACE-2-Llama-3.1-8B
+        ("generic_json", r"gemma-2|phi-3\.5"),  # no native tools: llama.cpp's fallback
         ("llama4_pythonic", r"llama-4"),
         ("firefunction_v2", r"firefunction"),  # before Llama 3: llama-3-firefunction-v2
         ("llama3_json", r"llama-3"),
