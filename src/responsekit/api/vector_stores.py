@@ -6,7 +6,7 @@ import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from ..auth import Owner
 from ..errors import APIError
@@ -18,7 +18,8 @@ from .http import read_body
 
 router = APIRouter()
 
-Attribute = StrictStr | StrictBool | StrictInt | StrictFloat
+Attributes = dict[str, Any] | None
+"""Checked by `_check_attributes` (values: strings, numbers, booleans)."""
 Status = Literal["in_progress", "completed", "failed", "cancelled"]
 
 
@@ -46,18 +47,18 @@ class UpdateStore(BaseModel):
 class AddFile(BaseModel):
     model_config = ConfigDict(extra="allow")
     file_id: StrictStr
-    attributes: dict[str, Attribute] | None = None
+    attributes: Attributes = None
     chunking_strategy: dict[str, Any] | None = None
 
 
 class UpdateFile(BaseModel):
     model_config = ConfigDict(extra="allow")
-    attributes: dict[str, Attribute] | None
+    attributes: Attributes
 
 
 class BatchFile(BaseModel):
     file_id: StrictStr
-    attributes: dict[str, Attribute] | None = None
+    attributes: Attributes = None
     chunking_strategy: dict[str, Any] | None = None
 
 
@@ -65,13 +66,14 @@ class CreateBatch(BaseModel):
     model_config = ConfigDict(extra="allow")
     file_ids: list[StrictStr] | None = Field(default=None, min_length=1, max_length=2000)
     files: list[BatchFile] | None = Field(default=None, min_length=1, max_length=2000)
-    attributes: dict[str, Attribute] | None = None
+    attributes: Attributes = None
     chunking_strategy: dict[str, Any] | None = None
 
 
 class Search(BaseModel):
     model_config = ConfigDict(extra="allow")
-    query: StrictStr | list[StrictStr]
+    query: Any = None
+    """Checked by `VectorStores.search` (a pydantic error on a field named `query` would lose its name)."""
     max_num_results: StrictInt = 10
     filters: dict[str, Any] | None = None
     ranking_options: dict[str, Any] | None = None
@@ -154,7 +156,7 @@ async def search(request: Request, vector_store_id: str, owner: Owner) -> dict[s
     body = await read_body(request, Search)
     hits = await service(request).search(owner, [vector_store_id], body.query, body.max_num_results, body.filters,
                                          body.ranking_options)  # fmt: skip
-    queries = [body.query] if isinstance(body.query, str) else body.query
+    queries = [body.query] if isinstance(body.query, str) else list(body.query)
     return {"object": "vector_store.search_results.page", "search_query": queries,
             "data": [hit.body() for hit in hits], "has_more": False, "next_page": None}  # fmt: skip
 
@@ -337,6 +339,9 @@ def _check_attributes(attributes: dict[str, Any] | None, param: str = "attribute
     if len(attributes) > 16:
         raise APIError(400, "At most 16 attributes.", param=param, code="invalid_value")
     for key, value in attributes.items():
+        if not isinstance(value, (str, int, float, bool)):
+            raise APIError(400, "Attribute values are strings, numbers or booleans.", param=f"{param}.{key}",
+                           code="invalid_type")  # fmt: skip
         if len(key) > 64 or (isinstance(value, str) and len(value) > 512):
             raise APIError(400, "Attribute keys are at most 64 characters and string values at most 512.",
                            param=param, code="invalid_value")  # fmt: skip

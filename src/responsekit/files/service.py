@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..config import Settings
@@ -70,7 +69,7 @@ class VectorStores:
         elif database.dialect == "postgres":
             blobs = LargeObjectBlobs(database)
         else:
-            blobs = DirectoryBlobs(Path(settings.database.removeprefix("sqlite:///")).parent / "files")
+            blobs = DirectoryBlobs(settings.data_dir / "files")
         index = await open_index(database, settings.database)
         return cls(Catalog(database), blobs, index, embedder_from_settings(settings))
 
@@ -174,7 +173,7 @@ class VectorStores:
         Raises `APIError`: 404 for a store this owner does not have, 400 for an expired store
         or a bad query, filter or ranking option.
         """
-        queries = [query] if isinstance(query, str) else list(query)
+        queries = [query] if isinstance(query, str) else query if isinstance(query, list) else []
         if not queries or not all(isinstance(text, str) and text.strip() for text in queries):
             raise APIError(400, "query must be a non-empty string or a list of them.", param="query",
                            code="invalid_value")  # fmt: skip
