@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from functools import lru_cache
+from typing import Any, ClassVar, NamedTuple
 
 from responsekit.events import Event
 from responsekit.parsing.emit import EventBuffer
 from responsekit.parsing.schema import ToolSchemas
 
+Split = Callable[[str], "tuple[str, str] | None"]
+"""A fast lane's second test (see `StreamParser.fast_lane`)."""
+
+
+class _Lane(NamedTuple):
+    """A state's fast lane, as `StreamParser.fast_lane` declares it."""
+
+    find: Callable[[str], object]
+    """Finds a stop character."""
+    make: Callable[[str], Event]
+    """The event reporting a delta."""
+    held: list[str] | None
+    """For prose, the trailing whitespace the event buffer holds."""
+    split: Split | None
+
+
 Handler = Callable[[str, int], int]
 """Consumes `text[pos:]` as far as its state allows and returns the new position.
 
 A handler may return `pos` unchanged only after switching `self.handler`."""
+
+
+@lru_cache(maxsize=256)
+def _stop_finder(stops: frozenset[str]) -> Callable[[str], object]:
+    """A search for any of `stops` (a regex: unlike `frozenset.isdisjoint`, it creates
+    no string per character of non-Latin-1 text)."""
+    return re.compile(
+        "[" + "".join(sorted(map(re.escape, stops))) + "]" if stops else "(?!)"
+    ).search
 
 
 class Parser(ABC):
@@ -51,6 +78,14 @@ class StreamParser(Parser):
 
     Subclasses set `self.handler` in `__init__` and implement `_finish`; events go
     through `self.out`, which coalesces them per `feed()`.
+
+    Fed token by token, almost every delta changes nothing but the output (prose, a
+    string value), and running the handlers for each costs far more than scanning it.
+    So a handler that consumed all of its text, stays the handler and holds nothing
+    back may declare the state's *fast lane* (`fast_lane()`): `feed()` then reports
+    a delta itself when the lane accepts it, without running any handler.  The lane
+    is cleared before every handler call, so it only ever describes the state the last
+    handler left.
     """
 
     handler: Handler
@@ -60,12 +95,68 @@ class StreamParser(Parser):
     ) -> None:
         super().__init__(tools, thinking_open=thinking_open)
         self.out = EventBuffer()
+        self._lane: _Lane | None = None
+        self._lane_tail = ""  # input a lane left unread: the next delta continues it
 
     def feed(self, text: str) -> list[Event]:
+        if self._lane_tail:
+            text = self._lane_tail + text
+            self._lane_tail = ""
+        lane = self._lane
+        if lane is not None and text:
+            find, make, held, split = lane
+            if not find(text):
+                if held is None or not (held or text[-1].isspace()):
+                    return [make(text)]
+                return self._lane_prose(text, held, make)
+            if split is not None:
+                parts = split(text)
+                if parts is not None:
+                    report, self._lane_tail = parts
+                    if not report:
+                        return []
+                    if held is None:
+                        return [make(report)]
+                    return self._lane_prose(report, held, make)
+        self._run_handlers(text)
+        return self.out.take()
+
+    def fast_lane(self, kind: int, stops: frozenset[str], split: Split | None = None) -> None:
+        """Declare the current state's fast lane.
+
+        A delta containing none of `stops` is reported as `kind` (`emit.TEXT`,
+        `REASONING` or `ARGS`) and changes nothing else.  `split`, asked about other
+        deltas, returns `(report, held)`: the text to report (already in its output
+        form, e.g. escaped), for a part of the delta that equally changes nothing else,
+        and the rest, which must not be read yet (a possible marker or escape start,
+        bounded): it is fed again in front of the next delta.  It returns None when the
+        handlers must run.
+        """
+        output = self.out.lane(kind)
+        if output is not None:
+            self._lane = _Lane(_stop_finder(stops), *output, split)
+
+    @staticmethod
+    def _lane_prose(text: str, held: list[str], make: Callable[[str], Event]) -> list[Event]:
+        """Prose in the fast lane: trailing whitespace waits for more text, as
+        `EventBuffer` holds it."""
+        core = text.rstrip()
+        if not core:
+            held.append(text)
+            return []
+        tail = text[len(core) :]
+        if held:
+            core = "".join(held) + core
+            held.clear()
+        if tail:
+            held.append(tail)
+        return [make(core)]
+
+    def _run_handlers(self, text: str) -> None:
         pos, n = 0, len(text)
         while pos < n:
+            self._lane = None
             pos = self.handler(text, pos)
-        return self.out.take()
 
     def _replay(self, text: str) -> None:
         """Run the current handlers over `text`, a bounded tail a scanner held back.
@@ -73,11 +164,13 @@ class StreamParser(Parser):
         For a state change decided *after* a marker prefix was held: the prefix belongs
         to the new state, which may complete the marker with the next delta.
         """
-        pos, n = 0, len(text)
-        while pos < n:
-            pos = self.handler(text, pos)
+        self._run_handlers(text)
+        self._lane = None  # the caller's handler goes on from here
 
     def finish(self) -> list[Event]:
+        if self._lane_tail:
+            self._run_handlers(self._lane_tail)
+            self._lane_tail = ""
         self._finish()
         self.out.end_call()
         return self.out.take()

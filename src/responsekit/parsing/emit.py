@@ -12,6 +12,9 @@ does not depend on how the input was chunked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from responsekit.events import (
     Event,
     ReasoningDelta,
@@ -22,15 +25,25 @@ from responsekit.events import (
 )
 from responsekit.ids import new_id
 
-_REASONING = 0
-_TEXT = 1
-_ARGS = 2
+# Kinds of reported text (`lane()`, `StreamParser.fast_lane`).
+REASONING = 0
+TEXT = 1
+ARGS = 2
 
 
 class EventBuffer:
     """Builds the event list a `feed()`/`finish()` call returns."""
 
-    __slots__ = ("_events", "_kind", "_parts", "_started", "_pending", "_open", "_count")
+    __slots__ = (
+        "_events",
+        "_kind",
+        "_parts",
+        "_started",
+        "_pending",
+        "_open",
+        "_count",
+        "_args_event",
+    )
 
     def __init__(self) -> None:
         self._events: list[Event] = []
@@ -40,6 +53,7 @@ class EventBuffer:
         self._pending: tuple[list[str], list[str]] = ([], [])  # held trailing whitespace
         self._open: int | None = None
         self._count = 0
+        self._args_event: Callable[[str], Event] | None = None  # ToolCallDelta of the open call
 
     @property
     def open_call(self) -> int | None:
@@ -54,12 +68,12 @@ class EventBuffer:
     def reasoning(self, text: str) -> None:
         """Report reasoning text."""
         if text:
-            self._prose(_REASONING, text)
+            self._prose(REASONING, text)
 
     def text(self, text: str) -> None:
         """Report visible content."""
         if text:
-            self._prose(_TEXT, text)
+            self._prose(TEXT, text)
 
     def start_call(self, name: str, call_id: str | None = None) -> int | None:
         """Open a tool call; ends a call still open.  Returns its index.
@@ -75,6 +89,7 @@ class EventBuffer:
         index = self._count
         self._count += 1
         self._open = index
+        self._args_event = partial(ToolCallDelta, index)
         self._events.append(ToolCallStart(index, call_id or new_id("call"), name))
         return index
 
@@ -82,9 +97,9 @@ class EventBuffer:
         """Append argument text to the open call."""
         if not text or self._open is None:
             return
-        if self._kind != _ARGS:
+        if self._kind != ARGS:
             self._flush()
-            self._kind = _ARGS
+            self._kind = ARGS
         self._parts.append(text)
 
     def end_call(self) -> None:
@@ -94,6 +109,21 @@ class EventBuffer:
         self._flush()
         self._events.append(ToolCallEnd(self._open))
         self._open = None
+        self._args_event = None
+
+    def lane(self, kind: int) -> tuple[Callable[[str], Event], list[str] | None] | None:
+        """What a fast lane of `kind` needs to report a delta without this buffer.
+
+        The event type for one delta, and for prose the held trailing whitespace (a
+        delta is reported as the held text plus itself, and its own trailing whitespace
+        is held instead).  None while the lane cannot bypass the buffer: arguments with
+        no call open, prose whose leading whitespace is still being dropped.
+        """
+        if kind == ARGS:
+            return None if self._args_event is None else (self._args_event, None)
+        if not self._started[kind]:
+            return None
+        return (TextDelta if kind == TEXT else ReasoningDelta), self._pending[kind]
 
     def take(self) -> list[Event]:
         """Return the events decided since the last call and start afresh."""
@@ -133,9 +163,9 @@ class EventBuffer:
         joined = parts[0] if len(parts) == 1 else "".join(parts)
         parts.clear()
         kind = self._kind
-        if kind == _TEXT:
+        if kind == TEXT:
             self._events.append(TextDelta(joined))
-        elif kind == _REASONING:
+        elif kind == REASONING:
             self._events.append(ReasoningDelta(joined))
         elif self._open is not None:
             self._events.append(ToolCallDelta(self._open, joined))

@@ -27,6 +27,18 @@ _WS = frozenset(" \t\r\n")
 _LITERALS = {"t": "rue", "f": "alse", "n": "ull"}
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SIMPLE_ESCAPES = frozenset('"\\/bfnrt')
+STRING_STOPS = frozenset('"\\' + "".join(map(chr, range(32))))
+"""Inside a string value, text without these characters is copied through unchanged."""
+_STRING_RUN = re.compile(r'([^"\\\x00-\x1f]*(?:\\["\\/bfnrt][^"\\\x00-\x1f]*)*)(\\?)').fullmatch
+
+
+def string_split(text: str) -> tuple[str, str] | None:
+    """A fast lane's split inside a string value: plain characters and complete simple
+    escapes are copied through unchanged, and a final lone backslash is held back; None
+    for anything else (the closing quote, `\\u` escapes, raw control characters)."""
+    run = _STRING_RUN(text)
+    return None if run is None else (run[1], run[2])
+
 
 # Scanner modes.
 _VALUE = 0  # a value must start here
@@ -69,6 +81,12 @@ class JsonValueStreamer:
     def failed(self) -> bool:
         """The text is not JSON; scanning stopped at the offending character."""
         return self._mode == _FAIL
+
+    @property
+    def in_string(self) -> bool:
+        """Inside a string value with nothing held: text free of `STRING_STOPS` would be
+        emitted as it is and leave the state unchanged."""
+        return self._mode == _STR and not self._key and not self._high
 
     def feed(self, text: str, pos: int = 0) -> tuple[str, int]:
         """Scan `text[pos:]`; return the newly emittable text and where scanning stopped.
@@ -507,6 +525,18 @@ class JsonCallReader:
                 else:
                     self.failed = True
         return i
+
+    @property
+    def in_arguments_string(self) -> bool:
+        """Inside a string of the emitted arguments (see `JsonValueStreamer.in_string`)."""
+        value = self._value
+        return (
+            self.started
+            and self._state == 3
+            and self._role == "args"
+            and isinstance(value, JsonValueStreamer)
+            and value.in_string
+        )
 
     def close(self) -> None:
         """End of stream inside the envelope: complete what was emitted."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from responsekit.parsing.base import Handler, StreamParser
+from responsekit.parsing.emit import REASONING, TEXT
 from responsekit.parsing.markers import MarkerScanner
 
 
@@ -68,11 +69,16 @@ class TaggedParser(StreamParser):
         return pos
 
     def _reasoning(self, text: str, pos: int) -> int:
-        plain, marker, pos = self._reasoning_scan.scan(text, pos)
+        scan = self._reasoning_scan
+        plain, marker, pos = scan.scan(text, pos)
         if plain:
             self.out.reasoning(plain)
             self._said_reasoning = self._said_reasoning or not plain.isspace()
-        if marker is None or marker in self.stop_tokens:
+        if marker is None:
+            if self._said_reasoning and scan.resting:
+                self.fast_lane(REASONING, scan.starts, scan.split)
+            return pos
+        if marker in self.stop_tokens:
             return pos
         if marker == self.reasoning_close:
             self.handler = self._content_start
@@ -86,11 +92,16 @@ class TaggedParser(StreamParser):
         return pos
 
     def _content(self, text: str, pos: int) -> int:
-        plain, marker, pos = self._content_scan.scan(text, pos)
+        scan = self._content_scan
+        plain, marker, pos = scan.scan(text, pos)
         if plain:
             self.out.text(plain)
             self._said_content = self._said_content or not plain.isspace()
-        if marker is None or marker in self.stop_tokens:
+        if marker is None:
+            if self._said_content and scan.resting:
+                self.fast_lane(TEXT, scan.starts, scan.split)
+            return pos
+        if marker in self.stop_tokens:
             return pos
         if marker == self.reasoning_open:
             if self.open_anywhere or not (self._said_content or self.out.calls):

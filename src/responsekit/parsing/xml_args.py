@@ -16,8 +16,9 @@ from json.encoder import encode_basestring
 from responsekit.parsing.schema import ToolSchemas, ValueType
 
 
-def _escape(text: str) -> str:
-    return encode_basestring(text)[1:-1]  # json.dumps(ensure_ascii=False), minus its overhead
+def escape(text: str) -> str:
+    """`text` as the inside of a JSON string (`json.dumps(ensure_ascii=False)`, minus its overhead)."""
+    return encode_basestring(text)[1:-1]
 
 
 class ArgsWriter:
@@ -33,6 +34,11 @@ class ArgsWriter:
         self._type: ValueType | None = None
         self._held: list[str] = []
         self._streaming = False  # a string value's opening quote has been emitted
+
+    @property
+    def streaming(self) -> bool:
+        """A string value is streaming: more text is emitted as it is, JSON-escaped."""
+        return self._streaming
 
     def open(self) -> str:
         """Start the object."""
@@ -53,14 +59,14 @@ class ArgsWriter:
         if self._key is None or not text:
             return ""
         if self._streaming:
-            return _escape(text)
+            return escape(text)
         self._held.append(text)
         if self._type is not None and self._type.is_string:
             held = "".join(self._held)
             if not "null".startswith(held):  # `null` means null even for strings
                 self._held.clear()
                 self._streaming = True
-                return self._member() + '"' + _escape(held)
+                return self._member() + '"' + escape(held)
         return ""
 
     def end(self) -> str:

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from responsekit.parsing.base import Handler
-from responsekit.parsing.json_stream import JsonValueStreamer
+from responsekit.parsing.emit import ARGS
+from responsekit.parsing.json_stream import STRING_STOPS, JsonValueStreamer, string_split
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.registry import register
 from responsekit.parsing.tagged import TaggedParser
@@ -105,7 +106,9 @@ class DeepSeekR1Parser(TaggedParser):
     def _arguments(self, text: str, pos: int) -> int:
         emitted, pos = self._json.feed(text, pos)
         self.out.args(emitted)
-        if self._json.done or self._json.failed:
+        if self._json.in_string:
+            self.fast_lane(ARGS, STRING_STOPS, string_split)
+        elif self._json.done or self._json.failed:
             self.out.args(self._json.close())
             self.out.end_call()
             self.handler = self._call_tail

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from responsekit.parsing.base import StreamParser
-from responsekit.parsing.json_stream import JsonValueStreamer
+from responsekit.parsing.emit import ARGS, REASONING, TEXT
+from responsekit.parsing.json_stream import STRING_STOPS, JsonValueStreamer, string_split
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.registry import register
 
@@ -28,9 +29,6 @@ _MESSAGE = "<|message|>"
 _ENDS = ("<|end|>", "<|call|>", "<|return|>", "<|endoftext|>")
 _CHANNEL_NAME = re.compile(r"<\|channel\|>\s*(\w+)")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
-
-_REASONING = 0
-_CONTENT = 1
 
 
 @register
@@ -47,7 +45,7 @@ class GptOssHarmonyParser(StreamParser):
         self._body_scan = MarkerScanner((*_ENDS, _START, _CHANNEL))
         self._between_scan = MarkerScanner((_START, _CHANNEL, *_ENDS))
         self._header: list[str] = []
-        self._channel = _REASONING
+        self._channel = REASONING
         self._json = JsonValueStreamer()
         if thinking_open:
             self.handler = self._body
@@ -91,16 +89,20 @@ class GptOssHarmonyParser(StreamParser):
             self.handler = self._arguments
             return
         channel = _CHANNEL_NAME.search(header)
-        self._channel = _REASONING if channel and channel.group(1) == "analysis" else _CONTENT
+        self._channel = REASONING if channel and channel.group(1) == "analysis" else TEXT
         self.handler = self._body
 
     def _body(self, text: str, pos: int) -> int:
-        plain, marker, pos = self._body_scan.scan(text, pos)
-        if self._channel == _REASONING:
+        scan = self._body_scan
+        plain, marker, pos = scan.scan(text, pos)
+        if self._channel == REASONING:
             self.out.reasoning(plain)
         else:
             self.out.text(plain)
-        if marker == _START:  # `<|end|>` left out
+        if marker is None:
+            if scan.resting:
+                self.fast_lane(self._channel, scan.starts, scan.split)
+        elif marker == _START:  # `<|end|>` left out
             self._open_header("")
         elif marker == _CHANNEL:
             self._open_header(_CHANNEL)
@@ -111,7 +113,9 @@ class GptOssHarmonyParser(StreamParser):
     def _arguments(self, text: str, pos: int) -> int:
         emitted, pos = self._json.feed(text, pos)
         self.out.args(emitted)
-        if self._json.done or self._json.failed:
+        if self._json.in_string:
+            self.fast_lane(ARGS, STRING_STOPS, string_split)
+        elif self._json.done or self._json.failed:
             self.out.args(self._json.close())
             self.out.end_call()
             self.handler = self._call_tail
@@ -133,7 +137,7 @@ class GptOssHarmonyParser(StreamParser):
             self.out.args(self._json.close())
         elif self.handler == self._body:
             held = self._body_scan.flush()
-            if self._channel == _REASONING:
+            if self._channel == REASONING:
                 self.out.reasoning(held)
             else:
                 self.out.text(held)

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from responsekit.parsing.base import Handler
-from responsekit.parsing.json_stream import JsonCallReader
+from responsekit.parsing.emit import ARGS
+from responsekit.parsing.json_stream import STRING_STOPS, JsonCallReader, string_split
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.registry import register
 from responsekit.parsing.tagged import TaggedParser
@@ -43,7 +44,9 @@ class HermesJsonParser(TaggedParser):
     def _call_body(self, text: str, pos: int) -> int:
         reader = self._reader
         pos = reader.feed(text, pos)
-        if reader.done:
+        if reader.in_arguments_string:
+            self.fast_lane(ARGS, STRING_STOPS, string_split)
+        elif reader.done:
             self.out.end_call()
             self.handler = self._after_call
         elif reader.failed:

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from responsekit.parsing.base import Handler
-from responsekit.parsing.json_stream import JsonValueStreamer
+from responsekit.parsing.emit import ARGS
+from responsekit.parsing.json_stream import STRING_STOPS, JsonValueStreamer, string_split
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.registry import register
 from responsekit.parsing.tagged import TaggedParser
@@ -67,7 +68,9 @@ class MistralArgsParser(TaggedParser):
     def _arguments(self, text: str, pos: int) -> int:
         emitted, pos = self._json.feed(text, pos)
         self.out.args(emitted)
-        if self._json.done or self._json.failed:
+        if self._json.in_string:
+            self.fast_lane(ARGS, STRING_STOPS, string_split)
+        elif self._json.done or self._json.failed:
             self.out.args(self._json.close())
             self.out.end_call()
             self.resume()

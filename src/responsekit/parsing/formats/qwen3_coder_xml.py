@@ -17,14 +17,17 @@ stripped on each side, and a value ends only structurally (`\\n</parameter>`, or
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
 from responsekit.parsing.base import Handler
+from responsekit.parsing.emit import ARGS
+from responsekit.parsing.json_stream import STRING_STOPS
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.registry import register
 from responsekit.parsing.schema import ToolSchemas
 from responsekit.parsing.tagged import TaggedParser
-from responsekit.parsing.xml_args import ArgsWriter
+from responsekit.parsing.xml_args import ArgsWriter, escape
 
 _VALUE_ENDS = ("\n</parameter>", "</parameter>", "\n<parameter=", "\n</function>")
 
@@ -45,6 +48,7 @@ class Qwen3CoderXmlParser(TaggedParser):
         self._name_end = MarkerScanner((">",))
         self._params = MarkerScanner(("<parameter=", "</function>", "</tool_call>"))
         self._value_end = MarkerScanner(_VALUE_ENDS)
+        self._value_stops = self._value_end.starts | STRING_STOPS  # JSON-escaping is a no-op
         self._name: list[str] = []
         self._args = ArgsWriter(ToolSchemas(), "")
         self._skip_newline = False
@@ -98,9 +102,12 @@ class Qwen3CoderXmlParser(TaggedParser):
             self._skip_newline = False
             if text[pos] == "\n":
                 return pos + 1
-        plain, marker, pos = self._value_end.scan(text, pos)
+        scan = self._value_end
+        plain, marker, pos = scan.scan(text, pos)
         self.out.args(self._args.value(plain))
         if marker is None:
+            if scan.resting and self._args.streaming:
+                self.fast_lane(ARGS, self._value_stops, self._split_value)
             return pos
         self.out.args(self._args.end())
         if marker == "\n<parameter=":
@@ -111,6 +118,19 @@ class Qwen3CoderXmlParser(TaggedParser):
         else:
             self.handler = self._parameters
         return pos
+
+    def _split_value(self, text: str) -> tuple[str, str] | None:
+        """The fast lane of a streaming string value: its JSON text, up to a possible end.
+
+        Every value end starts with `<` or `\\n<`: without a `<`, only a final line
+        break can be one's start.
+        """
+        if "<" not in text:
+            if text[-1] == "\n":
+                return encode_basestring(text[:-1])[1:-1], "\n"
+            return encode_basestring(text)[1:-1], ""
+        parts = self._value_end.split(text)
+        return None if parts is None else (escape(parts[0]), parts[1])
 
     def _end_call(self) -> None:
         self.out.args(self._args.close())
