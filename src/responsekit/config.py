@@ -21,6 +21,34 @@ from pydantic_settings import (
 )
 
 EngineKind = Literal["auto", "openai", "llamacpp", "vllm", "sglang", "ollama", "lmstudio", "generic"]
+ReasoningMode = Literal["separate", "inline", "none"]
+
+
+def _check_format(value: str | None) -> str | None:
+    """A parser setting: a registered format, `auto`, `none` (read as off) or unset."""
+    if value is None or value == "none":
+        return None
+    if value != "auto":
+        from .parsing import get_parser  # loads the formats only when a parser is configured
+
+        get_parser(value)  # ValueError lists the known formats
+    return value
+
+
+class ModelParsing(BaseModel):
+    """Parsing options of one model of an upstream (`parsers` table); unset keys inherit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parser: str | None = None
+    """A format name, `auto`, or `none` to turn parsing off for this model."""
+    thinking_open: bool | None = None
+    reasoning_mode: ReasoningMode | None = None
+
+    @field_validator("parser")
+    @classmethod
+    def _parser(cls, value: str | None) -> str | None:
+        return value if value == "none" else _check_format(value)
 
 
 class UpstreamConfig(BaseModel):
@@ -43,10 +71,49 @@ class UpstreamConfig(BaseModel):
     """How `reasoning.effort` is passed on (default by kind)."""
     reasoning_history_field: Literal["reasoning_content", "reasoning", "none"] | None = None
     """The assistant-message field that carries earlier reasoning back (default by kind)."""
+    parser: str | None = None
+    """Parse raw model text in `content` (engines that do not parse): a format name, or
+    `auto` to detect it from the model name; unset or `none`: off."""
+    thinking_open: bool = False
+    """The chat template opens the reasoning block itself (the output starts inside it)."""
+    reasoning_mode: ReasoningMode = "separate"
+    """How reasoning reaches clients: `separate`, `inline` (`<think>` in the text), `none`."""
+    parsers: dict[str, ModelParsing] = Field(default_factory=dict)
+    """Per model name: a format name, `auto` or `none`, or a table of `parser`,
+    `thinking_open` and `reasoning_mode`; overrides the settings above for that model."""
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = 600.0
     """Seconds to wait for the engine's next chunk before failing the response."""
     connect_timeout: float = 10.0
+
+    @field_validator("parser")
+    @classmethod
+    def _parser(cls, value: str | None) -> str | None:
+        return _check_format(value)
+
+    @field_validator("parsers", mode="before")
+    @classmethod
+    def _parsers(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                model: {"parser": option} if isinstance(option, str) else option
+                for model, option in value.items()
+            }
+        return value
+
+    def parsing(self, model: str) -> ModelParsing:
+        """The parsing options for `model`: its `parsers` entry over the upstream's.
+
+        `parser` is None when the model's output is not parsed; `auto` is left to the
+        caller, which knows which formats exist.
+        """
+        own = self.parsers.get(model, ModelParsing())
+        parser = own.parser if "parser" in own.model_fields_set else self.parser
+        return ModelParsing(
+            parser=None if parser == "none" else parser,
+            thinking_open=self.thinking_open if own.thinking_open is None else own.thinking_open,
+            reasoning_mode=own.reasoning_mode or self.reasoning_mode,
+        )
 
     @model_validator(mode="after")
     def _fill_name(self) -> UpstreamConfig:
@@ -98,6 +165,12 @@ class Settings(BaseSettings):
     """A model that writes reasoning summaries when a request asks for `reasoning.summary`."""
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Hosts or networks (CIDR) that requests may make the server fetch although they are private."""
+    max_body_bytes: int = 64 * 2**20
+    """Larger request bodies are refused with 413."""
+    max_json_depth: int = 100
+    """Request bodies nesting deeper are refused with 400."""
+    max_input_items: int = 100_000
+    """Requests with more input items are refused with 400."""
     lease_seconds: float = 15.0
     """A background response whose process stops renewing it this long is marked failed."""
     upstreams: Annotated[list[UpstreamConfig], NoDecode] = Field(default_factory=list)

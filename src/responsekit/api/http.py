@@ -28,11 +28,16 @@ SSE_DONE = b"data: [DONE]\n\n"
 
 
 async def read_body(request: Request, model: type[Model]) -> Model:
-    """The JSON body validated as `model`; anything wrong is a 400 in OpenAI's envelope."""
-    raw = await request.body()
+    """The JSON body validated as `model`; anything wrong is a 4xx in OpenAI's envelope.
+
+    The body size (413) and nesting depth are bounded by the settings, so a hostile body
+    costs neither memory nor the interpreter's stack.
+    """
+    settings = request.app.state.settings
+    raw = await _bounded_body(request, settings.max_body_bytes)
     try:
-        data = json.loads(raw)
-    except ValueError:
+        data = json.loads(raw, parse_constant=_not_json)
+    except (ValueError, RecursionError):
         raise APIError(
             400,
             "We could not parse the JSON body of your request. The body must be a JSON object.",
@@ -40,10 +45,47 @@ async def read_body(request: Request, model: type[Model]) -> Model:
         ) from None
     if not isinstance(data, dict):
         raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
+    if _depth(data) > settings.max_json_depth:
+        raise APIError(400, f"The request body nests deeper than {settings.max_json_depth} levels.",
+                       code="invalid_json")  # fmt: skip
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc) from None
+
+
+def _not_json(constant: str) -> Any:
+    """NaN and Infinity are not JSON; accepted, they would be echoed into invalid JSON."""
+    raise ValueError(f"{constant} is not JSON")
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    too_large = APIError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _depth(value: Any) -> int:
+    """How deeply a parsed JSON value nests (iteratively: no recursion to exhaust)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            node = node.values()
+        elif not isinstance(node, list):
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in node if isinstance(child, (dict, list)))
+    return deepest
 
 
 def validation_error(exc: ValidationError | RequestValidationError) -> APIError:

@@ -34,6 +34,9 @@ def orchestrator(request: Request) -> Orchestrator:
 @router.post("/responses")
 async def create_response(request: Request, owner: Owner) -> Response:
     body = await read_body(request, CreateResponse)
+    limit = request.app.state.settings.max_input_items
+    if len(body.input_items) > limit:
+        raise APIError(400, f"`input` has more than {limit} items.", param="input", code="invalid_value")
     conductor = orchestrator(request)
     prepared = await conductor.prepare(body, owner)
     if body.background:

@@ -57,7 +57,7 @@ async def responses_socket(websocket: WebSocket) -> None:
                 await _create(websocket, conductor, owner, cache, json.loads(message))
             except APIError as error:
                 await _send_error(websocket, error)
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 await _send_error(websocket, APIError(400, "Messages must be JSON objects.", code="invalid_json"))
     except WebSocketDisconnect:
         return
