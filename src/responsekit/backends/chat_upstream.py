@@ -2,7 +2,9 @@
 
 Renders the canonical request in the engine's dialect (llama.cpp, vLLM, SGLang, Ollama,
 LM Studio, OpenAI differ in how they take reasoning and system text) and translates
-its streamed chunks into canonical events.
+its streamed chunks into canonical events.  For engines that do not parse their model's
+output (raw `<think>` or `<tool_call>` in `content`), a configured parser turns the
+content into reasoning, text and tool calls (`UpstreamConfig.parser`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..config import EngineKind, UpstreamConfig
+from ..config import EngineKind, ReasoningMode, UpstreamConfig
 from ..conversation import GenerationRequest, ImagePart, Message, NamedToolChoice, TextPart
 from ..events import (
     Error,
@@ -32,9 +34,20 @@ from ..events import (
     Usage,
 )
 from ..ids import new_id
+from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
 from ..record import Recorder, Recording
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputParsing:
+    """What becomes of one model's output: the parser of its content, if any, whether
+    the chat template leaves the reasoning block open, and the reasoning mode."""
+
+    parser: type[Parser] | None = None
+    thinking_open: bool = False
+    reasoning_mode: ReasoningMode = "separate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +146,7 @@ class ChatUpstream:
         self.name = config.name
         self.kind: EngineKind = config.kind if config.kind != "auto" else kind_from_url(config.base_url)
         self._recorder = recorder
+        self._undetected: set[str] = set()  # models `parser = "auto"` found no format for (logged once)
         headers = dict(config.headers)
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
@@ -152,6 +166,23 @@ class ChatUpstream:
             if (value := getattr(self.config, key)) is not None
         }
         return replace(base, **options) if options else base
+
+    def output_parsing(self, model: str) -> OutputParsing:
+        """The configured parsing of `model`'s output; `auto` detects the format from the
+        model name, and no parser applies when it names none."""
+        options = self.config.parsing(model)
+        name = options.parser
+        if name == "auto":
+            name = detect_format(model=model)
+            if name is None and model not in self._undetected:
+                self._undetected.add(model)
+                log.warning("upstream %s: no parser format known for model %r; its content is passed as is",
+                            self.name, model)
+        return OutputParsing(
+            parser=get_parser(name) if name else None,
+            thinking_open=bool(options.thinking_open),
+            reasoning_mode=options.reasoning_mode or "separate",
+        )
 
     async def list_models(self) -> list[str]:
         """The engine's model ids; also recognises the engine's kind when set to `auto`."""
@@ -261,7 +292,7 @@ class ChatUpstream:
     async def _exchange(
         self, body: dict[str, Any], recording: Recording | None, request: GenerationRequest
     ) -> AsyncIterator[Event]:
-        translator = ChunkTranslator(request)
+        translator = ChunkTranslator(request, self.output_parsing(request.model))
         try:
             async with self._client.stream("POST", "/chat/completions", json=body) as response:
                 if recording:
@@ -361,15 +392,31 @@ def _render_content(message: Message) -> str | list[dict[str, Any]]:
 
 
 class ChunkTranslator:
-    """Turns one stream of `chat.completion.chunk` payloads into canonical events."""
+    """Turns one stream of `chat.completion.chunk` payloads into canonical events.
 
-    def __init__(self, request: GenerationRequest) -> None:
+    With a parser, `content` goes through it instead of becoming text.  Calls the parser
+    finds and the engine's own `tool_calls` take their indices from one counter, in the
+    order they start, so an engine that mixes both never gets two calls with one index.
+    The reasoning mode applies to the whole stream, the engine's `reasoning_content`
+    included.
+    """
+
+    def __init__(self, request: GenerationRequest, parsing: OutputParsing = OutputParsing()) -> None:
         self._request = request
         self._calls: dict[Any, _Call] = {}
         self._next_index = 0
         self._finish: FinishReason | None = None
         self._usage: Usage | None = None
         self._output_chars = 0
+        self._parser: Parser | None = None
+        if parsing.parser is not None:
+            tools = [
+                {"type": "function", "function": {"name": tool.name, "parameters": tool.parameters or {}}}
+                for tool in request.tools
+            ]
+            self._parser = parsing.parser(tools, thinking_open=parsing.thinking_open)
+        self._parsed: dict[int, int] = {}  # the parser's call index -> the stream's
+        self._reasoning = ReasoningFilter(parsing.reasoning_mode) if parsing.reasoning_mode != "separate" else None
 
     def feed_data(self, data: str) -> list[Event]:
         try:
@@ -388,6 +435,9 @@ class ChunkTranslator:
         return events + self.finish()
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:
+        return self._filtered(self._feed(chunk))
+
+    def _feed(self, chunk: dict[str, Any]) -> list[Event]:
         error = chunk.get("error")
         if error:
             status = error.get("code") if isinstance(error, dict) else None
@@ -407,7 +457,10 @@ class ChunkTranslator:
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self._output_chars += len(content)
-                events.append(TextDelta(content))
+                if self._parser is None:
+                    events.append(TextDelta(content))
+                else:
+                    events.extend(self._numbered(self._parser.feed(content)))
             refusal = delta.get("refusal")
             if isinstance(refusal, str) and refusal:
                 self._output_chars += len(refusal)
@@ -447,22 +500,41 @@ class ChunkTranslator:
                 events.append(ToolCallDelta(state.index, arguments))
         return events
 
-    def finish(self) -> list[Event]:
+    def _numbered(self, parsed: list[Event]) -> list[Event]:
+        """The parser's events with its calls renumbered in the stream's sequence."""
         events: list[Event] = []
+        for event in parsed:
+            if isinstance(event, ToolCallStart):
+                index = self._parsed[event.index] = self._next_index
+                self._next_index += 1
+                events.append(ToolCallStart(index, event.id, event.name))
+            elif isinstance(event, ToolCallDelta):
+                events.append(ToolCallDelta(self._parsed[event.index], event.arguments))
+            elif isinstance(event, ToolCallEnd):
+                events.append(ToolCallEnd(self._parsed[event.index]))
+            else:
+                events.append(event)
+        return events
+
+    def _filtered(self, events: list[Event]) -> list[Event]:
+        return events if self._reasoning is None else self._reasoning(events)
+
+    def finish(self) -> list[Event]:
+        events = self._numbered(self._parser.finish()) if self._parser is not None else []
         for state in self._calls.values():
             if state.index is not None:
                 events.append(ToolCallEnd(state.index))
         if self._finish is None:
-            return events + [Error("server_error", "upstream ended the stream before finishing", 502)]
+            return self._filtered(events + [Error("server_error", "upstream ended the stream before finishing", 502)])
         usage = self._usage
         if usage is None:
             log.debug("upstream reported no usage; estimating")
             prompt_chars = sum(len(m.text()) + len(m.reasoning or "") for m in self._request.messages)
             usage = Usage(input_tokens=max(1, prompt_chars // 4), output_tokens=max(1, self._output_chars // 4))
         reason = self._finish
-        if reason == "stop" and self._calls:
+        if reason == "stop" and (self._calls or self._parsed):
             reason = "tool_calls"
-        return events + [usage, Finish(reason)]
+        return self._filtered(events + [usage, Finish(reason)])
 
 
 @dataclass(slots=True)
