@@ -14,6 +14,7 @@ from responsekit.parsing import (
     detect_format,
     get_parser,
 )
+from responsekit.parsing import detect as detect_module
 from responsekit.parsing.detect import model_format, template_format
 
 from .parsing_support import TEMPLATES_DIR
@@ -84,9 +85,13 @@ def test_template_markers_identify_the_catalogued_format(name: str, fmt: str) ->
     assert template_format(_template(name)) == fmt
 
 
-def test_detect_format_answers_only_with_registered_formats() -> None:
+def test_detect_format_answers_only_with_registered_formats(monkeypatch: pytest.MonkeyPatch) -> None:
     assert detect_format(_template("Qwen3-Coder")) == "qwen3_coder_xml"
-    assert detect_format(_template("GLM-4.6")) is None  # catalogued, no parser yet
+    assert detect_format(_template("GLM-4.6")) == "glm_4_5"
+    # A catalogued format without a parser is not an answer; the model name is tried next.
+    registered = [fmt for fmt in detect_module.available_formats() if fmt != "glm_4_5"]
+    monkeypatch.setattr(detect_module, "available_formats", lambda: registered)
+    assert detect_format(_template("GLM-4.6")) is None
     assert detect_format(_template("GLM-4.6"), model="Qwen/QwQ-32B") == "hermes_json"
     assert detect_format() is None
 
