@@ -163,3 +163,50 @@ def rotate(
     directory = data_dir or load_settings().data_dir
     rotate_keys(directory)
     typer.echo(f"rotated the sealing keys in {directory}; restart the server to use the new key")
+
+
+files = typer.Typer(no_args_is_help=True, help="Files and vector stores of a running ResponseKit.")
+app.add_typer(files, name="files")
+
+
+@files.command("add")
+def files_add(
+    directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="The directory to add (recursively).")],
+    vector_store: Annotated[str, typer.Option("--vector-store", help="The vector store's name; made if missing.")],
+    url: Annotated[str, typer.Option(help="ResponseKit's base URL.")] = "http://127.0.0.1:8400/v1",
+    api_key: Annotated[
+        str, typer.Option(envvar="OPENAI_API_KEY", help="The API key the files will belong to.", show_default=False)
+    ] = "unused",
+) -> None:
+    """Upload a directory's files into a vector store and wait until they are searchable."""
+    import openai
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .files.upload import add_files, files_in
+    from .files.upload import vector_store as find_store
+
+    paths, skipped = files_in(directory)
+    for path in skipped:
+        typer.echo(f"skipped (unsupported type): {path}", err=True)
+    if not paths:
+        raise typer.BadParameter(f"no supported file under {directory}")
+    client = openai.OpenAI(base_url=url.rstrip("/"), api_key=api_key, max_retries=2)
+    try:
+        store = find_store(client, vector_store)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns) as progress:
+            uploading = progress.add_task("uploading", total=len(paths))
+            ingesting = progress.add_task("ingesting", total=len(paths))
+            failed = add_files(
+                client, store, paths,
+                uploaded=lambda path: progress.advance(uploading),
+                ingested=lambda done, total: progress.update(ingesting, completed=done, total=total),
+            )  # fmt: skip
+    except openai.APIError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    for name, reason in failed:
+        typer.echo(f"failed: {name}: {reason}", err=True)
+    typer.echo(f"{len(paths) - len(failed)} of {len(paths)} files searchable in {vector_store} ({store.id})")
+    if failed:
+        raise typer.Exit(1)

@@ -153,14 +153,6 @@ class Catalog:
             return None
         return Page([await self._store_body(row) for row in rows[:limit]], len(rows) > limit)
 
-    async def find_store(self, owner: str, name: str) -> dict[str, Any] | None:
-        """The newest store of that name (for the CLI's `--vector-store NAME`)."""
-        row = await self.database.fetchrow(
-            f"SELECT {_STORE} FROM vector_stores WHERE owner = ? AND name = ? ORDER BY created_ms DESC LIMIT 1",
-            owner, name,
-        )  # fmt: skip
-        return None if row is None else await self._store_body(row)
-
     async def update_store(self, owner: str, store_id: str, changes: dict[str, Any]) -> None:
         columns = {"name": "name", "metadata": "metadata", "expires_after_days": "expires_after_days"}
         sets = [(columns[key], json.dumps(value) if key == "metadata" else value) for key, value in changes.items()]

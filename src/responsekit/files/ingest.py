@@ -69,7 +69,7 @@ class Ingestor:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def idle(self) -> None:
-        """Wait until the work scheduled here is done (for the CLI's and benchmarks' direct use)."""
+        """Wait until the work scheduled in this process is done (the benchmark measures ingestion so)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
