@@ -34,7 +34,7 @@ def test_split_is_scan_from_rest(text: str) -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.text(alphabet='ab"\\\nu0/', max_size=12))
+@given(st.text(alphabet='ab"\\\nu0/d8e', max_size=12))
 def test_string_split_is_the_streamer_in_a_string(text: str) -> None:
     streamer = JsonValueStreamer()
     streamer.feed('{"k": "')
@@ -43,7 +43,7 @@ def test_string_split_is_the_streamer_in_a_string(text: str) -> None:
         return
     report, held = split
     assert report + held == text
-    assert held in ("", "\\")
+    assert held == "" or (held[0] == "\\" and len(held) <= 5), "only a cut escape waits"
     emitted, end = streamer.feed(report)
     assert (emitted, end) == (report, len(report))
     assert streamer.in_string

@@ -106,13 +106,20 @@ class StreamParser(Parser):
         if lane is not None and text:
             find, make, held, split = lane
             if not find(text):
-                if held is None or not (held or text[-1].isspace()):
+                if held is None:
                     return [make(text)]
-                return self._lane_prose(text, held, make)
+                if text[-1].isspace():
+                    return self._lane_prose(text, held, make)
+                if held:
+                    text = "".join(held) + text
+                    held.clear()
+                return [make(text)]
             if split is not None:
                 parts = split(text)
                 if parts is not None:
-                    report, self._lane_tail = parts
+                    report, tail = parts
+                    if tail:
+                        self._lane_tail = tail
                     if not report:
                         return []
                     if held is None:
@@ -138,8 +145,8 @@ class StreamParser(Parser):
 
     @staticmethod
     def _lane_prose(text: str, held: list[str], make: Callable[[str], Event]) -> list[Event]:
-        """Prose in the fast lane: trailing whitespace waits for more text, as
-        `EventBuffer` holds it."""
+        """Prose in the fast lane (ending with whitespace, or split from a marker start):
+        trailing whitespace waits for more text, as `EventBuffer` holds it."""
         core = text.rstrip()
         if not core:
             held.append(text)

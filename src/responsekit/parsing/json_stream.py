@@ -29,15 +29,19 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 _SIMPLE_ESCAPES = frozenset('"\\/bfnrt')
 STRING_STOPS = frozenset('"\\' + "".join(map(chr, range(32))))
 """Inside a string value, text without these characters is copied through unchanged."""
-_STRING_RUN = re.compile(r'([^"\\\x00-\x1f]*(?:\\["\\/bfnrt][^"\\\x00-\x1f]*)*)(\\?)').fullmatch
+_STRING_RUN = re.compile(
+    r'([^"\\\x00-\x1f]*(?:(?:\\["\\/bfnrt]|\\u(?![dD][89abAB])[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*)'
+    r"(\\(?:u[0-9a-fA-F]{0,3})?)?"
+).fullmatch
 
 
 def string_split(text: str) -> tuple[str, str] | None:
-    """A fast lane's split inside a string value: plain characters and complete simple
-    escapes are copied through unchanged, and a final lone backslash is held back; None
-    for anything else (the closing quote, `\\u` escapes, raw control characters)."""
+    """A fast lane's split inside a string value: plain characters and complete escapes
+    are copied through unchanged, and an escape cut at the end is held back; None for
+    anything else (the closing quote, a high surrogate, which the streamer holds until
+    its pair, raw control characters)."""
     run = _STRING_RUN(text)
-    return None if run is None else (run[1], run[2])
+    return None if run is None else (run[1], run[2] or "")
 
 
 # Scanner modes.

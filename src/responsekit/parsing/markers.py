@@ -101,7 +101,17 @@ class MarkerScanner:
     them is all plain and leaves the scanner at rest (what a parser's fast lane relies on).
     """
 
-    __slots__ = ("markers", "starts", "_trans", "_match", "_prefix", "_find", "_tail", "_state")
+    __slots__ = (
+        "markers",
+        "starts",
+        "_trans",
+        "_match",
+        "_prefix",
+        "_find",
+        "_tail",
+        "_shortest",
+        "_state",
+    )
 
     def __init__(self, markers: Iterable[str | None]) -> None:
         self.markers: tuple[str, ...] = tuple(dict.fromkeys(m for m in markers if m))
@@ -110,6 +120,7 @@ class MarkerScanner:
         self.starts = automaton.starts
         self._find = automaton.find_marker
         self._tail = automaton.find_tail
+        self._shortest = min(map(len, self.markers), default=0)
         self._state = 0
 
     @property
@@ -154,7 +165,7 @@ class MarkerScanner:
         For a fast lane (see `StreamParser.fast_lane`), which holds `held` back itself
         and feeds it again with the next delta.
         """
-        if self._find(text) is not None:
+        if len(text) >= self._shortest and self._find(text) is not None:
             return None
         tail = self._tail(text)
         if tail is None:
