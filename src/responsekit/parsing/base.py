@@ -108,11 +108,14 @@ class StreamParser(Parser):
             if not find(text):
                 if held is None:
                     return [make(text)]
-                if text[-1].isspace():
-                    return self._lane_prose(text, held, make)
                 if held:
-                    text = "".join(held) + text
-                    held.clear()
+                    return self._lane_prose(text, held, make)
+                if text[-1].isspace():  # the whitespace waits, unread, for the next delta
+                    core = text.rstrip()
+                    if not core:
+                        return self._lane_prose(text, held, make)
+                    self._lane_tail = text[len(core) :]
+                    return [make(core)]
                 return [make(text)]
             if split is not None:
                 parts = split(text)
@@ -145,8 +148,8 @@ class StreamParser(Parser):
 
     @staticmethod
     def _lane_prose(text: str, held: list[str], make: Callable[[str], Event]) -> list[Event]:
-        """Prose in the fast lane (ending with whitespace, or split from a marker start):
-        trailing whitespace waits for more text, as `EventBuffer` holds it."""
+        """Prose in the fast lane with whitespace held (by `EventBuffer` or now): trailing
+        whitespace waits for more text of the same kind."""
         core = text.rstrip()
         if not core:
             held.append(text)
