@@ -120,6 +120,7 @@ async def run(name: str, url: str, data_dir: Path) -> list[str]:
     try:
         rng = random.Random(7)
         words = vocabulary()
+        await service.embedder.embed(["warm up"])  # Load the model before timing ingestion.
         ingest_store = await _new_store(service, "ingestion")
         chunks, seconds = await ingestion(service, ingest_store, rng, words)
         pool = [text(rng, words, 60) for _ in range(1000)]

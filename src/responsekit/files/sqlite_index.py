@@ -152,9 +152,11 @@ class SQLiteIndex:
         if not terms:
             return []
         where, args = _restrict("c", stores, file_ids)
+        # Full text first: left to the planner, it may walk the store's chunks and test MATCH on each.
         rows = self._connection.execute(
-            "SELECT c.id, c.vector_store_id, c.file_id, c.token FROM chunks_text JOIN chunks c ON c.id = chunks_text.rowid "
-            f"WHERE chunks_text MATCH ? AND {where} ORDER BY chunks_text.rank LIMIT ?",
+            "WITH matched AS MATERIALIZED (SELECT rowid AS id, rank FROM chunks_text WHERE chunks_text MATCH ?) "
+            "SELECT c.id, c.vector_store_id, c.file_id, c.token FROM matched JOIN chunks c ON c.id = matched.id "
+            f"WHERE {where} ORDER BY matched.rank LIMIT ?",
             [" OR ".join(f'"{term}"' for term in terms), *args, k],
         )
         return [Candidate(*row) for row in rows]
