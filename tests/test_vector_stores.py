@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 
 import asyncpg
 import httpx
@@ -25,7 +27,7 @@ from responsekit.files.filters import matches
 from responsekit.files.index import words
 
 from .conftest import DATABASES
-from .harness import serve, wait_for
+from .harness import serve, start_cli, wait_for
 
 on_both_stores = pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 
@@ -467,3 +469,30 @@ def test_search_before_any_ingestion_and_empty_results(server):
     page = httpx.post(f"{server.base_url}/vector_stores/{store.id}/search", json={"query": ["a", "b"]}).json()
     assert page == {"object": "vector_store.search_results.page", "search_query": ["a", "b"], "data": [],
                     "has_more": False, "next_page": None}  # fmt: skip
+
+
+def test_cli_adds_a_directory_to_a_named_store(tmp_path):
+    """`responsekit files add` against a `responsekit serve` process: a store by name, unsupported files skipped."""
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "owls.txt").write_text("Owls hunt at night with silent feathers.")
+    (docs / "sub" / "bats.md").write_text("# Bats\n\nBats find insects by echolocation.")
+    (docs / "photo.png").write_bytes(b"\x89PNG\r\n")
+    (docs / ".hidden.txt").write_text("not added")
+    server, url = start_cli("--no-probe", env={"RESPONSEKIT_DATA_DIR": str(tmp_path / "data")})
+    try:
+        command = [sys.executable, "-m", "responsekit", "files", "add", str(docs), "--vector-store", "handbook",
+                   "--url", f"{url}/v1"]  # fmt: skip
+        for _ in range(2):  # The second run finds the store by its name.
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            assert "2 of 2 files searchable in handbook" in done.stdout
+            assert f"skipped (unsupported type): {docs / 'photo.png'}" in done.stderr
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        stores = list(client.vector_stores.list())
+        assert [(s.name, s.file_counts.completed) for s in stores] == [("handbook", 4)]
+        assert {f.filename for f in client.files.list()} == {"owls.txt", "bats.md"}
+        assert search(client, stores[0].id, "nocturnal birds of prey")[0].filename == "owls.txt"
+    finally:
+        server.terminate()
+        server.wait(10)
