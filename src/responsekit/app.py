@@ -43,7 +43,9 @@ def create_app(settings: Settings) -> FastAPI:
         await app.state.vector_stores.start()
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)
-        app.state.orchestrator = Orchestrator(router, store, runs, sealer, urls, settings.summarizer_model)
+        app.state.orchestrator = Orchestrator(
+            router, store, runs, sealer, urls, app.state.vector_stores, settings.summarizer_model
+        )
         await runs.start()
         await router.start()
         if not settings.api_keys:

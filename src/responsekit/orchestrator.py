@@ -39,13 +39,15 @@ from .events import (
     ToolResult,
     Usage,
 )
+from .files.service import VectorStores
 from .ids import new_id
 from .items import normalize_items
-from .runs import TERMINAL, Run, Runs
 from .outbound import UrlPolicy
+from .runs import TERMINAL, Run, Runs
 from .sealing import Sealer
 from .store import Store
 from .tools import ServerTools
+from .tools.file_search import add_file_search
 from .tools.mcp import McpServer, add_mcp_servers
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ class Orchestrator:
         runs: Runs,
         sealer: Sealer,
         urls: UrlPolicy,
+        vector_stores: VectorStores,
         summarizer_model: str | None = None,
     ) -> None:
         self.router = router
@@ -93,6 +96,7 @@ class Orchestrator:
         self.runs = runs
         self.sealer = sealer
         self.urls = urls
+        self.vector_stores = vector_stores
         self.summarizer_model = summarizer_model
 
     async def prepare(self, body: CreateResponse, owner: str, cache: History | None = None) -> Prepared:
@@ -112,6 +116,11 @@ class Orchestrator:
         server_tools = ServerTools()
         mcp_specs = [tool for tool in body.tools if isinstance(tool, dict) and tool.get("type") == "mcp"]
         servers = await add_mcp_servers(server_tools, mcp_specs, history, self.urls) if mcp_specs else {}
+        searches = [(i, tool) for i, tool in enumerate(body.tools) if isinstance(tool, dict)
+                    and tool.get("type") == "file_search"]  # fmt: skip
+        if searches:
+            position, spec = searches[0]
+            await add_file_search(server_tools, spec, position, owner, self.vector_stores)
         items = await _answer_approvals(history + inputs, servers, server_tools)
         translation = translate(body, self.for_model(items), server_tools.functions)
         translation.generation.model = model

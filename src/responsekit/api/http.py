@@ -90,7 +90,9 @@ def _depth(value: Any) -> int:
 
 def validation_error(exc: ValidationError | RequestValidationError) -> APIError:
     first = exc.errors()[0]
-    location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path")]
+    location = [str(part) for part in first.get("loc", ())]
+    if isinstance(exc, RequestValidationError) and location[:1] in (["body"], ["query"], ["path"]):
+        location = location[1:]  # FastAPI's prefix saying where the parameter was, not its name
     param = ".".join(location) or None
     kind = first.get("type", "")
     if kind == "missing":

@@ -36,6 +36,8 @@ class ServerTools:
     ready_items: list[dict[str, Any]] = field(default_factory=list)
     """Items produced before generation (MCP listings, approved calls run now)."""
     runners: dict[tuple[str, str | None, str], Runner] = field(default_factory=dict)
+    citations: int = 0
+    """Search results numbered so far in this response (the next one is `citations + 1`)."""
 
     def add(self, origin: ToolOrigin, function: FunctionTool, runner: Runner) -> None:
         self.functions.append((origin, function))
