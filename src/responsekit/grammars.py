@@ -1,0 +1,296 @@
+"""GBNF grammars that make a model write what the request demands, in its own format.
+
+* A forced call (`tool_choice` required or a named function): the output is one or more
+  calls in the model's format (`<tool_call>{"name": …, "arguments": …}</tool_call>` for
+  Hermes, `[TOOL_CALLS]name[ARGS]{…}` for Mistral…), arguments following each tool's JSON
+  schema, optionally after a reasoning block.
+* A lazy call grammar (`tool_choice` auto): the same calls, applied only from the
+  format's start marker on (`trigger`), so free text stays free.
+* `text.format` json_schema / json_object: the answer is JSON of the schema.
+
+JSON schemas are converted by llama-cpp-python's converter (the one llama.cpp ships),
+except integers with bounds, which it would leave unbounded: those get an exact digit
+grammar here.  The converter comes with the `llama` extra; `available()` says whether
+constraints can be built.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .conversation import FunctionTool
+
+MAX_DIGITS = 15
+"""Unbounded integers get at most this many digits (as llama.cpp's own integer rule)."""
+
+
+def available() -> bool:
+    """Whether the JSON-schema converter (llama-cpp-python) is installed."""
+    try:
+        import llama_cpp.llama_grammar  # noqa: F401
+    except (ImportError, OSError):
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class CallSyntax:
+    """How a format writes its calls: `block_open` calls… `block_close`, each call being
+    `before` NAME `between` ARGUMENTS `after`, calls separated by `separator`."""
+
+    before: str
+    between: str
+    after: str
+    separator: str = ""
+    block_open: str = ""
+    block_close: str = ""
+    trigger: str | None = None
+    """The text that starts calls in free output (None: calls cannot start mid-text)."""
+    reasoning: tuple[str, str] | None = ("<think>", "</think>")
+    name_suffix: str = ""
+    """GBNF after the name's literal (Kimi's `:0` index)."""
+
+
+_ENVELOPE = CallSyntax('{"name": "', '", "arguments": ', "}", ", ")
+SYNTAXES: dict[str, CallSyntax] = {
+    "hermes_json": CallSyntax('<tool_call>\n{"name": "', '", "arguments": ', "}\n</tool_call>", "\n",
+                              trigger="<tool_call>"),
+    "mistral_args": CallSyntax("[TOOL_CALLS]", "[ARGS]", "", trigger="[TOOL_CALLS]",
+                               reasoning=("[THINK]", "[/THINK]")),
+    "mistral_json_array": CallSyntax(_ENVELOPE.before, _ENVELOPE.between, "}", ", ", "[TOOL_CALLS][", "]",
+                                     trigger="[TOOL_CALLS]", reasoning=None),
+    "llama3_json": CallSyntax('{"name": "', '", "parameters": ', "}", "; ", reasoning=None),
+    "functionary_v3_1": CallSyntax("<function=", ">", "</function>", trigger="<function=", reasoning=None),
+    "deepseek_v3_1": CallSyntax("<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "",
+                                "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", trigger="<｜tool▁calls▁begin｜>"),
+    "kimi_k2": CallSyntax("<|tool_call_begin|>functions.", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "",
+                          "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                          trigger="<|tool_calls_section_begin|>", name_suffix=' ":" [0-9]{1,3}'),
+    "nemotron_toolcall": CallSyntax(_ENVELOPE.before, _ENVELOPE.between, "}", ", ", "<TOOLCALL>[", "]</TOOLCALL>",
+                                    trigger="<TOOLCALL>"),
+    "phi4_mini": CallSyntax(_ENVELOPE.before, _ENVELOPE.between, "}", ", ", "<|tool_call|>[", "]<|/tool_call|>",
+                            trigger="<|tool_call|>", reasoning=None),
+}  # fmt: skip
+"""The formats whose calls a grammar can write."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    """A GBNF grammar (root rule `root`); a lazy one applies from `trigger_pattern` on."""
+
+    gbnf: str
+    lazy: bool = False
+    trigger_pattern: str | None = None
+    """For a lazy grammar: a regex the whole output so far must match; its first group
+    starts the constrained text (llama.cpp's lazy-grammar patterns)."""
+    trigger_word: str | None = None
+
+
+def literal(text: str) -> str:
+    """`text` as a GBNF string literal."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def forced_calls(fmt: str, tools: Sequence[FunctionTool], *, parallel: bool, thinking_open: bool,
+                 may_think: bool) -> Grammar | None:  # fmt: skip
+    """The output is calls of `tools` only (after optional reasoning); None when the
+    format has no known call syntax."""
+    syntax = SYNTAXES.get(fmt)
+    if syntax is None or not tools:
+        return None
+    rules = _Rules()
+    calls = rules.calls(syntax, tools, parallel)
+    rules.add("root", _with_reasoning(rules, syntax.reasoning, calls, thinking_open, may_think))
+    return Grammar(rules.text())
+
+
+def lazy_calls(fmt: str, tools: Sequence[FunctionTool], *, parallel: bool, thinking_open: bool) -> Grammar | None:
+    """Calls kept well-formed once the model starts one; text before stays free.
+
+    None when the format has no start marker to trigger on.
+    """
+    syntax = SYNTAXES.get(fmt)
+    if syntax is None or syntax.trigger is None or not tools:
+        return None
+    rules = _Rules()
+    rules.add("root", rules.calls(syntax, tools, parallel))
+    trigger = re.escape(syntax.trigger)
+    if syntax.reasoning is not None:
+        opening, closing = map(re.escape, syntax.reasoning)
+        # Not inside reasoning: after its end if the prompt opened it, else after a
+        # reasoning block that opens the output, or with none.
+        prefix = (f"[\\s\\S]*?{closing}" if thinking_open
+                  else f"(?:\\s*{opening}[\\s\\S]*?{closing}|(?!\\s*{opening}))")  # fmt: skip
+    else:
+        prefix = ""
+    return Grammar(rules.text(), lazy=True, trigger_pattern=f"{prefix}[\\s\\S]*?({trigger})[\\s\\S]*",
+                   trigger_word=syntax.trigger)  # fmt: skip
+
+
+def json_output(schema: dict[str, Any] | None, *, reasoning: tuple[str, str] | None, thinking_open: bool,
+                may_think: bool) -> Grammar:  # fmt: skip
+    """The answer is JSON following `schema` (any object when None), after optional reasoning."""
+    rules = _Rules()
+    value = rules.schema(schema if schema is not None else {"type": "object"}, "answer")
+    rules.add("root", _with_reasoning(rules, reasoning, value, thinking_open, may_think))
+    return Grammar(rules.text())
+
+
+def _with_reasoning(rules: _Rules, tags: tuple[str, str] | None, body: str, thinking_open: bool,
+                    may_think: bool) -> str:  # fmt: skip
+    if tags is None or not (thinking_open or may_think):
+        return body
+    opening, closing = tags
+    rules.add("reasoning", text_without(closing, rules))
+    block = f'reasoning {literal(closing)} [ \\t\\n]*'
+    return f"{block} {body}" if thinking_open else f"({literal(opening)} [ \\t\\n]* {block})? {body}"
+
+
+def text_without(stop: str, rules: _Rules, name: str = "reasoning") -> str:
+    """A GBNF expression for any text that does not contain `stop` (a KMP automaton:
+    state k means the text ends with the first k characters of `stop`)."""
+    states = len(stop)
+    chars = sorted(set(stop))
+
+    def step(state: int, char: str) -> int:
+        matched = stop[:state] + char
+        while matched and not stop.startswith(matched):
+            matched = matched[1:]
+        return len(matched)
+
+    for state in range(states):
+        branches: list[str] = []
+        targets: dict[int, list[str]] = {}
+        for char in chars:
+            target = step(state, char)
+            if target < states:
+                targets.setdefault(target, []).append(char)
+        excluded = "".join(_class_char(c) for c in chars)
+        branches.append(f"[^{excluded}] {name}-s0")
+        for target, group in sorted(targets.items()):
+            branches.append(f"[{''.join(_class_char(c) for c in group)}] {name}-s{target}")
+        rules.add(f"{name}-s{state}", "(" + " | ".join(branches) + ")?")
+    return f"{name}-s0"
+
+
+def _class_char(char: str) -> str:
+    return "\\" + char if char in "]\\^-[" else char
+
+
+class _Rules:
+    """Rules of one grammar: ours plus the JSON-schema converter's."""
+
+    def __init__(self) -> None:
+        from llama_cpp.llama_grammar import SchemaConverter
+
+        class Converter(SchemaConverter):  # type: ignore[misc, valid-type]
+            """llama.cpp's converter, with exact rules for bounded integers."""
+
+            def visit(inner, schema: Any, name: str) -> str:  # noqa: N805
+                if isinstance(schema, dict) and schema.get("type") == "integer":
+                    low, high = integer_bounds(schema)
+                    if low is not None or high is not None:
+                        rule = " | ".join(" ".join(atoms) for atoms in integer_range(low, high))
+                        return inner._add_rule(name or "root", f"({rule}) space")
+                return super().visit(schema, name)
+
+        self._converter = Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+        self._own: dict[str, str] = {}
+
+    def add(self, name: str, rule: str) -> str:
+        self._own[name] = rule
+        return name
+
+    def schema(self, schema: dict[str, Any], name: str) -> str:
+        resolved = self._converter.resolve_refs(schema, name)
+        return self._converter.visit(resolved, name)
+
+    def calls(self, syntax: CallSyntax, tools: Sequence[FunctionTool], parallel: bool) -> str:
+        alternatives = []
+        for index, tool in enumerate(tools):
+            arguments = self.schema(tool.parameters or {"type": "object"}, f"args{index}")
+            alternatives.append(self.add(f"call{index}", " ".join(filter(None, (
+                literal(syntax.before + tool.name) + syntax.name_suffix,
+                literal(syntax.between), arguments, literal(syntax.after) if syntax.after else "",
+            )))))  # fmt: skip
+        self.add("call", " | ".join(alternatives))
+        repeat = f"(call ({literal(syntax.separator) + ' ' if syntax.separator else ''}call)*)" if parallel else "call"
+        parts = [literal(syntax.block_open) if syntax.block_open else "", repeat,
+                 literal(syntax.block_close) if syntax.block_close else ""]  # fmt: skip
+        return " ".join(filter(None, parts))
+
+    def text(self) -> str:
+        converted = self._converter.format_grammar()
+        own = "\n".join(f"{name} ::= {rule}" for name, rule in self._own.items())
+        return f"{own}\n{converted}\n"
+
+
+# --- bounded integers -------------------------------------------------------------------
+
+
+def integer_bounds(schema: dict[str, Any]) -> tuple[int | None, int | None]:
+    """Inclusive integer bounds from minimum/maximum/exclusiveMinimum/exclusiveMaximum."""
+    import math
+
+    low = high = None
+    for key, exclusive in (("minimum", False), ("exclusiveMinimum", True)):
+        value = schema.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            bound = math.floor(value) + 1 if exclusive or value != int(value) else int(value)
+            low = bound if low is None else max(low, bound)
+    for key, exclusive in (("maximum", False), ("exclusiveMaximum", True)):
+        value = schema.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            bound = math.ceil(value) - 1 if exclusive or value != int(value) else int(value)
+            high = bound if high is None else min(high, bound)
+    return low, high
+
+
+def integer_range(low: int | None, high: int | None) -> list[list[str]]:
+    """Alternatives (each a list of GBNF atoms) matching exactly the JSON integers in
+    [low, high]; None is unbounded (up to MAX_DIGITS digits)."""
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"the integer range [{low}, {high}] is empty")
+    out: list[list[str]] = []
+    if low is None or low < 0:  # negative part: -x for x in [max(1, -high), -low]
+        top = None if low is None else -low
+        bottom = 1 if high is None or high >= 0 else -high
+        out += [['"-"', *atoms] for atoms in _natural_range(bottom, top)]
+    if high is None or high >= 0:
+        out += _natural_range(max(low or 0, 0), high)
+    return out
+
+
+def _natural_range(low: int, high: int | None) -> list[list[str]]:
+    """Alternatives for the naturals in [low, high] (None: unbounded)."""
+    out: list[list[str]] = []
+    limit = high if high is not None else 10**MAX_DIGITS - 1
+    for digits in range(len(str(low)), len(str(limit)) + 1):
+        start = max(low, 10 ** (digits - 1) if digits > 1 else 0)
+        end = min(limit, 10**digits - 1)
+        if start <= end:
+            out += _same_length(str(start), str(end))
+    return out
+
+
+def _same_length(low: str, high: str) -> list[list[str]]:
+    """Alternatives for the numbers from `low` to `high`, both of the same length."""
+    if low == high:
+        return [[literal(low)]]
+    common = 0
+    while low[common] == high[common]:
+        common += 1
+    prefix = [literal(low[:common])] if common else []
+    low, high = low[common:], high[common:]
+    rest = len(low) - 1
+    if low[1:] == "0" * rest and high[1:] == "9" * rest:
+        return [[*prefix, f"[{low[0]}-{high[0]}]", *["[0-9]"] * rest]]
+    out = [[*prefix, literal(low[0]), *atoms] for atoms in _same_length(low[1:], "9" * rest)]
+    if int(high[0]) - int(low[0]) > 1:
+        out.append([*prefix, f"[{int(low[0]) + 1}-{int(high[0]) - 1}]", *["[0-9]"] * rest])
+    out += [[*prefix, literal(high[0]), *atoms] for atoms in _same_length("0" * rest, high[1:])]
+    return out
