@@ -1,0 +1,205 @@
+"""Backend for raw `/completions` engines (llama.cpp server, vLLM, SGLang, TGI, llama-cpp-python).
+
+ResponseKit renders the model's chat template itself, streams the prompt's completion
+and parses the text with the format's parser, so reasoning and tool calls come out the
+same whatever engine generates.  Grammars go in the engine's own parameter: llama.cpp
+and llama-cpp-python take GBNF as `grammar` (llama.cpp also lazily, with triggers), vLLM
+as `structured_outputs.grammar` (or the older `guided_grammar`), SGLang as `ebnf`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from ..config import UpstreamConfig
+from ..conversation import GenerationRequest
+from ..events import Error, Event
+from ..grammars import Grammar
+from ..record import Recorder, Recording
+from ..templates import ChatTemplate, TemplateError, load_template
+from .chat_upstream import ChatUpstream, sse_data, upstream_error
+from .prompting import ModelPrompting, Plan, text_chunk
+
+log = logging.getLogger(__name__)
+
+GRAMMAR_PARAMS = {"llamacpp": "grammar", "vllm": "structured_outputs", "sglang": "ebnf"}
+"""How each kind of engine takes a GBNF grammar; others get llama-cpp-python's `grammar`."""
+LAZY_TRIGGER_PATTERN_FULL = 3
+"""llama.cpp's `COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL`: the pattern matches the whole output so far."""
+
+
+class CompletionsUpstream(ChatUpstream):
+    """A configured raw-completions engine; shares the chat backend's HTTP client,
+    model listing and engine-kind recognition."""
+
+    def __init__(self, config: UpstreamConfig, recorder: Recorder | None = None) -> None:
+        super().__init__(config, recorder)
+        self._prompting: dict[str, ModelPrompting] = {}
+        self._template: ChatTemplate | None = load_template(config.chat_template) if config.chat_template else None
+        self._tokenize_route: str | None = None
+
+    async def prompting(self, model: str) -> ModelPrompting:
+        """The model's template and format: the configured file, else the engine's own (llama.cpp `/props`)."""
+        found = self._prompting.get(model)
+        if found is None:
+            template = self._template or await self._engine_template(model)
+            options = self.config.parsing(model)
+            found = self._prompting[model] = ModelPrompting(
+                model, template, options.parser, options.reasoning_mode or "separate"
+            )
+        return found
+
+    async def _engine_template(self, model: str) -> ChatTemplate:
+        root = self.config.base_url.removesuffix("/v1")
+        try:
+            answer = await self._client.get(f"{root}/props", params={"model": model})
+            props = answer.json() if answer.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            props = {}
+        source = props.get("chat_template") if isinstance(props, dict) else None
+        if not isinstance(source, str) or not source:
+            raise TemplateError(
+                f"upstream {self.name} does not tell its chat template; set `chat_template` for it "
+                "(a Jinja file, a tokenizer_config.json or the model's GGUF)"
+            )
+        return ChatTemplate(source, bos_token=str(props.get("bos_token") or ""), eos_token=str(props.get("eos_token") or ""))
+
+    def completion_body(self, request: GenerationRequest, plan: Plan) -> dict[str, Any]:
+        """The `/completions` body: the prompt, sampling, stops and the grammar in the engine's parameter."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "prompt": plan.prompt,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if plan.stops:
+            body["stop"] = plan.stops
+        if request.max_output_tokens is not None:
+            body["max_tokens"] = request.max_output_tokens
+        for key in ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "user"):
+            value = getattr(request, key)
+            if value is not None:
+                body[key] = value
+        if plan.grammar is not None:
+            body.update(self._grammar_fields(plan.grammar))
+        if self.kind in ("vllm", "sglang"):
+            body["skip_special_tokens"] = False  # markers such as <tool_call> are special tokens
+        return body
+
+    def _grammar_fields(self, grammar: Grammar) -> dict[str, Any]:
+        param = self.config.grammar_param or GRAMMAR_PARAMS.get(self.kind, "grammar")
+        if grammar.lazy:
+            if self.kind != "llamacpp" or param != "grammar":
+                return {}  # only llama.cpp's server takes lazy grammars: free calls elsewhere
+            return {"grammar": grammar.gbnf, "grammar_lazy": True,
+                    "grammar_triggers": [{"type": LAZY_TRIGGER_PATTERN_FULL, "value": grammar.trigger_pattern}]}  # fmt: skip
+        if param == "none":
+            return {}
+        if param == "structured_outputs":
+            return {"structured_outputs": {"grammar": grammar.gbnf}}
+        return {param: grammar.gbnf}
+
+    async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:
+        """Exact: the rendered prompt tokenized by the engine (`/tokenize` of llama.cpp,
+        vLLM, SGLang; `/extras/tokenize` of llama-cpp-python); else estimated."""
+        try:
+            plan = (await self.prompting(request.model)).plan(request)
+        except TemplateError:
+            plan = None
+        if plan is None or isinstance(plan, Error):
+            return await super().count_tokens(request)
+        root = self.config.base_url.removesuffix("/v1")
+        routes = [self._tokenize_route] if self._tokenize_route else ["/tokenize", "/extras/tokenize"]
+        for route in routes:
+            assert route is not None
+            body = {"content": plan.prompt, "prompt": plan.prompt, "input": plan.prompt, "model": request.model,
+                    "add_special": False, "add_special_tokens": False, "parse_special": True}  # fmt: skip
+            try:
+                answer = await self._client.post(f"{root}{route}", json=body)
+                data = answer.json() if answer.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                data = None
+            if isinstance(data, dict):
+                count = data.get("count")
+                tokens = data.get("tokens")
+                if isinstance(count, int) or isinstance(tokens, list):
+                    self._tokenize_route = route
+                    return (count if isinstance(count, int) else len(tokens)), True  # type: ignore[arg-type]
+        log.warning("upstream %s has no tokenize route; estimating", self.name)
+        return max(1, len(plan.prompt) // 4), False
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        try:
+            plan = (await self.prompting(request.model)).plan(request)
+        except TemplateError as exc:
+            yield Error("server_error", str(exc), 502)
+            return
+        if isinstance(plan, Error):
+            yield plan
+            return
+        body = self.completion_body(request, plan)
+        recording = self._recorder.start(self.name, "/completions", body) if self._recorder else None
+        try:
+            async for event in self._stream(body, plan, recording):
+                yield event
+        finally:
+            if recording is not None:
+                await recording.save()
+
+    async def _stream(self, body: dict[str, Any], plan: Plan, recording: Recording | None) -> AsyncIterator[Event]:
+        translator = plan.translator
+        try:
+            async with self._client.stream("POST", "/completions", json=body) as response:
+                if recording:
+                    recording.status(response.status_code)
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    if recording:
+                        recording.error_body(text)
+                    yield upstream_error(response.status_code, text)
+                    return
+                async for data in sse_data(response):
+                    if recording:
+                        recording.chunk(data)
+                    if data == "[DONE]":
+                        break
+                    for event in translator.feed(_as_chat_chunk(data)):
+                        yield event
+                        if isinstance(event, Error):
+                            return
+                for event in translator.finish():
+                    yield event
+        except httpx.TimeoutException:
+            yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
+        except httpx.HTTPError as exc:
+            yield Error("server_error", f"upstream {self.name} failed: {exc!r}", 502)
+
+
+def _as_chat_chunk(data: str) -> dict[str, Any]:
+    """A `text_completion` chunk in the chat-chunk shape the translator reads (its `text`
+    as content); malformed data becomes an error chunk."""
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        chunk = None
+    if not isinstance(chunk, dict):
+        return {"error": {"message": f"upstream sent malformed data: {data[:200]!r}", "code": 502}}
+    if chunk.get("error"):
+        return chunk
+    out: dict[str, Any] = {key: chunk[key] for key in ("usage", "timings") if key in chunk}
+    choices = []
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        text = choice.get("text")
+        converted = text_chunk(text if isinstance(text, str) else "")["choices"][0]
+        converted["index"] = choice.get("index", 0)
+        converted["finish_reason"] = choice.get("finish_reason")
+        choices.append(converted)
+    out["choices"] = choices
+    return out

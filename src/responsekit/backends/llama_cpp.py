@@ -1,0 +1,254 @@
+"""The in-process engine: a GGUF model run by llama.cpp (llama-cpp-python, the `llama` extra).
+
+Each request renders the model's chat template, waits for a free sequence (one per
+`parallel`; requests are served first come, first served) and generates in a worker
+thread, which llama.cpp's calls leave free of the GIL; its text pieces cross to the
+event loop and go through the same parser and translator as every text engine.  A
+client that goes away (or a stop text) sets the request's cancel flag, which the worker
+checks before every token, so generation stops within one token and the sequence is
+handed to the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import LocalModel
+from ..conversation import GenerationRequest
+from ..events import Error, Event
+from ..templates import ChatTemplate, from_gguf, load_template
+from .llama_sequence import Outcome, Sampling, Sequence, load_model
+from .prompting import ModelPrompting, Plan, final_chunk, text_chunk
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SAMPLING = Sampling(temperature=0.8, top_p=0.95)
+"""llama.cpp server's defaults, for requests that set none."""
+
+
+def model_file(config: LocalModel) -> Path:
+    """The GGUF on disk: the configured path, or the Hugging Face file, downloaded into
+    the Hugging Face cache unless it is there already."""
+    if config.path is not None:
+        return config.path
+    from huggingface_hub import hf_hub_download
+
+    assert config.hf_repo is not None and config.hf_file is not None
+    log.info("model %s: fetching %s from %s (Hugging Face cache)", config.name, config.hf_file, config.hf_repo)
+    return Path(hf_hub_download(repo_id=config.hf_repo, filename=config.hf_file))
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What the last generations did (for tests and logs)."""
+
+    finished: int = 0
+    cancelled: int = 0
+    tokens_after_cancel: list[int] = field(default_factory=list)
+
+
+class LlamaCppBackend:
+    """One in-process model, served under its configured name."""
+
+    kind = "llama.cpp (in-process)"
+
+    def __init__(self, config: LocalModel) -> None:
+        self.config = config
+        self.name = "llama.cpp"
+        """Shown as `owned_by` in `/v1/models` and in `/health`."""
+        self.model = config.name
+        self.stats = RunStats()
+        self.loaded = False
+        self._sequences: list[Sequence] = []
+        self._free: list[Sequence] = []
+        self._waiting: deque[asyncio.Future[Sequence]] = deque()
+        self._prompting: ModelPrompting | None = None
+
+    async def start(self) -> None:
+        """Fetch (if needed) and load the model, logging progress: the server answers once it is ready."""
+        path = await asyncio.to_thread(model_file, self.config)
+        started = time.monotonic()
+        log.info("model %s: loading %s (%.1f MiB, %d sequence(s) of %d tokens)", self.model, path,
+                 path.stat().st_size / 2**20, self.config.parallel, self.config.context)  # fmt: skip
+        ticker = asyncio.create_task(self._tick(started))
+        try:
+            self._sequences = await asyncio.to_thread(self._load, path)
+        finally:
+            ticker.cancel()
+        self._free = list(self._sequences)
+        template = load_template(self.config.chat_template) if self.config.chat_template else from_gguf(path)
+        self._prompting = ModelPrompting(self.model, template, self.config.parser, self.config.reasoning_mode)
+        self.loaded = True
+        log.info("model %s: loaded in %.1fs; output format %s", self.model, time.monotonic() - started,
+                 self._prompting.format or "none (text passed as is)")  # fmt: skip
+
+    def _load(self, path: Path) -> list[Sequence]:
+        return [
+            load_model(path, context=self.config.context, threads=self.config.threads, gpu_layers=self.config.gpu_layers)
+            for _ in range(self.config.parallel)
+        ]
+
+    async def _tick(self, started: float) -> None:
+        while True:
+            await asyncio.sleep(5)
+            log.info("model %s: still loading (%.0fs)", self.model, time.monotonic() - started)
+
+    async def list_models(self) -> list[str]:
+        return [self.model]
+
+    async def aclose(self) -> None:
+        for waiter in self._waiting:
+            waiter.cancel()
+        for sequence in self._sequences:
+            sequence.close()
+
+    @property
+    def template(self) -> ChatTemplate:
+        assert self._prompting is not None
+        return self._prompting.template
+
+    async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:
+        """Exact: the rendered prompt tokenized by the model's own tokenizer."""
+        assert self._prompting is not None
+        plan = self._prompting.plan(request)
+        if isinstance(plan, Error):
+            return 0, False
+        return len(self._sequences[0].tokenize(plan.prompt)), True
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        if self._prompting is None:
+            yield Error("server_error", f"model {self.model} is not loaded", 503)
+            return
+        plan = self._prompting.plan(request)
+        if isinstance(plan, Error):
+            yield plan
+            return
+        tokens = self._sequences[0].tokenize(plan.prompt)
+        room = self.config.context - len(tokens)
+        if room <= 0:
+            yield Error("context_length_exceeded", f"The prompt has {len(tokens)} tokens; model {self.model} "
+                        f"reads {self.config.context} at most.", 400)  # fmt: skip
+            return
+        if len(self._waiting) >= self.config.max_queue and not self._free:
+            yield Error("rate_limit_exceeded", f"model {self.model} is busy: {len(self._waiting)} requests "
+                        "are waiting already; retry later", 429)  # fmt: skip
+            return
+        sequence = await self._acquire()
+        async for event in self._run(sequence, plan, tokens, request, room):
+            yield event
+
+    async def _run(self, sequence: Sequence, plan: Plan, tokens: list[int], request: GenerationRequest,
+                   room: int) -> AsyncIterator[Event]:  # fmt: skip
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[str | Outcome | BaseException] = asyncio.Queue()
+        cancel = threading.Event()
+        emit: Callable[[Any], None] = lambda item: loop.call_soon_threadsafe(pieces.put_nowait, item)  # noqa: E731
+        limit = min(request.max_output_tokens or room, room)
+        sampling = DEFAULT_SAMPLING.with_request(request)
+        worker = loop.run_in_executor(None, self._work, sequence, tokens, limit, sampling, plan, cancel, emit)
+        worker.add_done_callback(lambda _: self._release(sequence))
+        stops = StopTexts(plan.stops)
+        translator = plan.translator
+        try:
+            while True:
+                item = await pieces.get()
+                if isinstance(item, str):
+                    text = stops.feed(item)
+                    if stops.hit:
+                        cancel.set()
+                    if text:
+                        for event in translator.feed(text_chunk(text)):
+                            yield event
+                    continue
+                if isinstance(item, BaseException):
+                    yield Error("server_error", f"model {self.model} failed: {item!r}", 500)
+                    return
+                tail = stops.flush()
+                if tail:
+                    for event in translator.feed(text_chunk(tail)):
+                        yield event
+                reason = "stop" if stops.hit else item.reason
+                final = final_chunk(reason, item.prompt_tokens, item.completion_tokens, item.cached_tokens)
+                for event in translator.feed(final):
+                    yield event
+                for event in translator.finish():
+                    yield event
+                return
+        finally:
+            cancel.set()
+
+    def _work(self, sequence: Sequence, tokens: list[int], limit: int, sampling: Sampling, plan: Plan,
+              cancel: threading.Event, emit: Callable[[Any], None]) -> None:  # fmt: skip
+        """The worker thread: generate until the end, the limit or the cancel flag."""
+        try:
+            done = sequence.generate(tokens, limit, sampling, plan.grammar, cancel, emit)
+        except Exception as exc:  # a llama.cpp failure must end the stream, not the server
+            log.exception("model %s: generation failed", self.model)
+            emit(exc)
+            return
+        if done.cancelled:
+            self.stats.cancelled += 1
+            self.stats.tokens_after_cancel.append(done.tokens_after_cancel)
+        else:
+            self.stats.finished += 1
+        emit(done)
+
+    async def _acquire(self) -> Sequence:
+        """A free sequence; requests wait for one first come, first served."""
+        if self._free and not self._waiting:
+            return self._free.pop()
+        waiter: asyncio.Future[Sequence] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
+            elif waiter.done() and not waiter.cancelled():
+                self._release(waiter.result())
+            raise
+
+    def _release(self, sequence: Sequence) -> None:
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(sequence)
+                return
+        self._free.append(sequence)
+
+
+class StopTexts:
+    """Finds stop texts in a stream of pieces, holding back what may be the start of one."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self._stops = [stop for stop in stops if stop]
+        self._pending = ""
+        self.hit = False
+
+    def feed(self, text: str) -> str:
+        """The text that is surely before any stop; after a stop, nothing."""
+        if self.hit:
+            return ""
+        if not self._stops:
+            return text
+        pending = self._pending + text
+        cut = min((i for i in (pending.find(stop) for stop in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.hit = True
+            self._pending = ""
+            return pending[:cut]
+        hold = max((k for stop in self._stops for k in range(1, len(stop)) if pending.endswith(stop[:k])), default=0)
+        self._pending = pending[len(pending) - hold :] if hold else ""
+        return pending[: len(pending) - hold]
+
+    def flush(self) -> str:
+        pending, self._pending = self._pending, ""
+        return "" if self.hit else pending

@@ -1,0 +1,137 @@
+"""What the raw-completion and in-process backends share: from a canonical request to a
+prompt, a parser, stop texts and a grammar, and from raw text pieces to canonical events.
+
+Both render the model's chat template themselves, so the rendered prompt decides whether
+the output starts inside reasoning (`Parser.thinking_open_in`), and both hand the text
+they get to the chat backend's `ChunkTranslator` (as `content` deltas), so parsing,
+call numbering, finish reasons and reasoning modes behave exactly as for chat upstreams.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from .. import grammars
+from ..config import ReasoningMode
+from ..conversation import GenerationRequest, NamedToolChoice
+from ..events import Error
+from ..parsing import Parser, detect_format, get_parser
+from ..templates import ChatTemplate, TemplateError
+from .chat_upstream import ChunkTranslator, OutputParsing
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Plan:
+    """One request, ready for an engine that takes text."""
+
+    prompt: str
+    stops: list[str]
+    grammar: grammars.Grammar | None
+    translator: ChunkTranslator
+
+
+class ModelPrompting:
+    """A model's chat template and output format, and how requests become prompts."""
+
+    def __init__(self, name: str, template: ChatTemplate, parser: str | None = None,
+                 reasoning_mode: ReasoningMode = "separate") -> None:  # fmt: skip
+        self.name = name
+        self.template = template
+        self.format = parser if parser and parser != "auto" else detect_format(template=template.source, model=name)
+        self.parser: type[Parser] | None = get_parser(self.format) if self.format else None
+        self.reasoning_mode: ReasoningMode = reasoning_mode
+        self._warned: set[str] = set()
+        if self.parser is None:
+            log.warning("model %s: no output format recognised in its chat template; its text is passed as is", name)
+
+    def plan(self, request: GenerationRequest) -> Plan | Error:
+        """The prompt and its companions, or a 400 when the template refuses the conversation."""
+        try:
+            prompt = self.template.render_request(request)
+        except TemplateError as exc:
+            return Error("invalid_request_error", str(exc), 400)
+        thinking_open = self.parser.thinking_open_in(prompt) if self.parser else False
+        stops = list(dict.fromkeys([*self.template.stops, *(request.stop or ())]))
+        translator = ChunkTranslator(request, OutputParsing(self.parser, thinking_open, self.reasoning_mode))
+        return Plan(prompt, stops, self._grammar(request, thinking_open), translator)
+
+    def _grammar(self, request: GenerationRequest, thinking_open: bool) -> grammars.Grammar | None:
+        choice = request.tool_choice
+        tools = request.tools if request.tools and choice != "none" else []
+        wants = "json" if request.response_format else "calls" if tools and choice != "auto" else "lazy" if tools else None
+        if wants is None:
+            return None
+        if not grammars.available():
+            self._warn_once("converter", "constrained decoding needs the `llama` extra (llama-cpp-python); "
+                            "requests are generated unconstrained")  # fmt: skip
+            return None
+        may_think = request.reasoning_effort != "none" and self._writes_reasoning()
+        if isinstance(choice, NamedToolChoice):
+            tools = [tool for tool in tools if tool.name == choice.name]
+        try:
+            if wants == "json":
+                return grammars.json_output(
+                    _schema(request.response_format), reasoning=self._reasoning_tags(),
+                    thinking_open=thinking_open, may_think=may_think,
+                )  # fmt: skip
+            parallel = request.parallel_tool_calls is not False
+            if wants == "calls":
+                grammar = grammars.forced_calls(self.format or "", tools, parallel=parallel,
+                                                thinking_open=thinking_open, may_think=may_think)  # fmt: skip
+            else:
+                grammar = grammars.lazy_calls(self.format or "", tools, parallel=parallel, thinking_open=thinking_open)
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            log.warning("model %s: no grammar for this request's schemas (%s); generating unconstrained", self.name, exc)
+            return None
+        if grammar is None:
+            self._warn_once(wants, f"no {'lazy ' if wants == 'lazy' else ''}call grammar for the format "
+                            f"{self.format}; tool calls are generated unconstrained")  # fmt: skip
+        return grammar
+
+    def _reasoning_tags(self) -> tuple[str, str] | None:
+        syntax = grammars.SYNTAXES.get(self.format or "")
+        return syntax.reasoning if syntax else ("<think>", "</think>")
+
+    def _writes_reasoning(self) -> bool:
+        tags = self._reasoning_tags()
+        return tags is not None and tags[0] in self.template.source
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("model %s: %s", self.name, message)
+
+
+def _schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema of a `response_format` (None for json_object: any object)."""
+    if not response_format or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema") or {}
+    schema = spec.get("schema")
+    return schema if isinstance(schema, dict) else None
+
+
+def text_chunk(text: str) -> dict[str, Any]:
+    """A raw text piece in the chat-chunk shape `ChunkTranslator` reads."""
+    return {"choices": [{"index": 0, "delta": {"content": text}}]}
+
+
+def final_chunk(finish_reason: str, prompt_tokens: int | None, completion_tokens: int | None,
+                cached_tokens: int = 0) -> dict[str, Any]:  # fmt: skip
+    chunk: dict[str, Any] = {"choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}
+    if prompt_tokens is not None and completion_tokens is not None:
+        chunk["usage"] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
+        }
+    return chunk
+
+
+def json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
