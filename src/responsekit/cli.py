@@ -69,8 +69,26 @@ def serve(
     config: Annotated[
         Optional[Path], typer.Option(help="A TOML settings file (default: $RESPONSEKIT_CONFIG).", show_default=False)
     ] = None,
+    model: Annotated[
+        Optional[Path], typer.Option("--model", help="Run this GGUF model in-process (llama.cpp; the `llama` extra).", show_default=False)
+    ] = None,
+    hf_repo: Annotated[
+        Optional[str], typer.Option("--hf-repo", help="Run a GGUF from this Hugging Face repository (with --hf-file).", show_default=False)
+    ] = None,
+    hf_file: Annotated[
+        Optional[str], typer.Option("--hf-file", help="The GGUF file of --hf-repo to download and run.", show_default=False)
+    ] = None,
+    chat_template: Annotated[
+        Optional[Path],
+        typer.Option("--chat-template", help="For --model/--hf-repo: a Jinja file or tokenizer_config.json overriding the GGUF's template.", show_default=False),
+    ] = None,
 ) -> None:
     """Serve /v1/responses and /v1/chat/completions in front of your engines."""
+    local = None
+    if model is not None or hf_repo is not None or hf_file is not None:
+        local = [{"path": model, "hf_repo": hf_repo, "hf_file": hf_file, "chat_template": chat_template}]
+    elif chat_template is not None:
+        raise typer.BadParameter("--chat-template goes with --model or --hf-repo")
     try:
         settings = load_settings(
             config,
@@ -86,6 +104,7 @@ def serve(
             record_dir=record,
             shutdown_timeout=shutdown_timeout,
             log_level=log_level,
+            models=local,
         )
     except (ValidationError, ValueError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -82,6 +82,13 @@ class UpstreamConfig(BaseModel):
     """Per model name: a format name, `auto` or `none`, or a table of `parser`,
     `thinking_open` and `reasoning_mode`; overrides the settings above for that model."""
     headers: dict[str, str] = Field(default_factory=dict)
+    api: Literal["chat", "completions"] = "chat"
+    """`completions`: a raw `/completions` engine; ResponseKit renders the chat template and parses."""
+    chat_template: Path | None = None
+    """For `api = "completions"`: a Jinja file, a `tokenizer_config.json` or a GGUF model
+    (default: the engine's own template, from llama.cpp's `/props`)."""
+    grammar_param: Literal["grammar", "structured_outputs", "guided_grammar", "ebnf", "none"] | None = None
+    """For `api = "completions"`: how a GBNF grammar is passed (default by kind)."""
     timeout: float = 600.0
     """Seconds to wait for the engine's next chunk before failing the response."""
     connect_timeout: float = 10.0
@@ -121,6 +128,47 @@ class UpstreamConfig(BaseModel):
         if not self.name:
             parts = urlsplit(self.base_url)
             self.name = parts.netloc or self.base_url
+        return self
+
+
+class LocalModel(BaseModel):
+    """A GGUF model run in-process by llama.cpp (the `llama` extra)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = ""
+    """The name clients use; default: the file name without `.gguf`."""
+    path: Path | None = None
+    hf_repo: str | None = None
+    """With `hf_file`: download the file from this Hugging Face repository (into its cache)."""
+    hf_file: str | None = None
+    chat_template: Path | None = None
+    """A Jinja file or `tokenizer_config.json` overriding the template in the GGUF."""
+    parser: str | None = None
+    """The output format; default: detected from the chat template."""
+    reasoning_mode: ReasoningMode = "separate"
+    context: int = Field(default=4096, gt=0)
+    """Context window in tokens (shared by prompt and output)."""
+    threads: int | None = None
+    gpu_layers: int = 0
+    parallel: int = Field(default=1, ge=1)
+    """Sequences generated at once (each its own context); more requests wait in turn."""
+    max_queue: int = Field(default=64, ge=0)
+    """Requests that may wait for a sequence; beyond, 429."""
+
+    @field_validator("parser")
+    @classmethod
+    def _parser(cls, value: str | None) -> str | None:
+        return _check_format(value)
+
+    @model_validator(mode="after")
+    def _source(self) -> LocalModel:
+        if (self.path is None) == (self.hf_repo is None):
+            raise ValueError("a model needs either `path` or `hf_repo` (with `hf_file`)")
+        if self.hf_repo is not None and not self.hf_file:
+            raise ValueError("`hf_repo` needs `hf_file`, the GGUF file to download")
+        if not self.name:
+            self.name = Path(self.hf_file or str(self.path)).name.removesuffix(".gguf")
         return self
 
 
@@ -174,6 +222,8 @@ class Settings(BaseSettings):
     lease_seconds: float = 15.0
     """A background response whose process stops renewing it this long is marked failed."""
     upstreams: Annotated[list[UpstreamConfig], NoDecode] = Field(default_factory=list)
+    models: Annotated[list[LocalModel], NoDecode] = Field(default_factory=list)
+    """GGUF models run in-process (`--model`, `--hf-repo`/`--hf-file`, or `[[models]]` tables)."""
     probe: bool = True
     """With no upstream configured, look for engines on their usual local ports."""
     aliases: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
@@ -206,6 +256,16 @@ class Settings(BaseSettings):
             return [parse_upstream(part) for part in text.split(",") if part.strip()]
         if isinstance(value, list):
             return [parse_upstream(item) if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [{"path": part.strip()} for part in text.split(",") if part.strip()]
         return value
 
     @field_validator("api_keys", "sealing_keys", "allowed_hosts", mode="before")

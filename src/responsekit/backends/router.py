@@ -1,4 +1,5 @@
-"""Which upstream serves which model: configured or probed engines, aliases, a default model."""
+"""Which backend serves which model: configured or probed engines, in-process models,
+aliases, a default model."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import httpx
 from ..config import Settings, UpstreamConfig
 from ..errors import APIError
 from ..record import Recorder
+from . import Backend
 from .chat_upstream import ChatUpstream
+from .completions import CompletionsUpstream
+from .llama_cpp import LlamaCppBackend
 
 log = logging.getLogger(__name__)
 
@@ -27,28 +31,37 @@ REFRESH_INTERVAL = 10.0
 """Seconds between model-list refreshes triggered by requests for unknown models."""
 
 
+def make_upstream(config: UpstreamConfig, recorder: Recorder | None = None) -> ChatUpstream:
+    """The backend for an upstream: chat, or raw completions (`api = "completions"`)."""
+    if config.api == "completions":
+        return CompletionsUpstream(config, recorder)
+    return ChatUpstream(config, recorder)
+
+
 class ModelRouter:
     def __init__(self, settings: Settings, recorder: Recorder | None = None) -> None:
         self._recorder = recorder
-        self.upstreams = [ChatUpstream(config, recorder) for config in settings.upstreams]
+        self.upstreams = [make_upstream(config, recorder) for config in settings.upstreams]
+        self.engines = [LlamaCppBackend(model) for model in settings.models]
         self.aliases = dict(settings.aliases)
         self.default_model = settings.default_model
-        self.probing = settings.probe and not settings.upstreams
-        self._models: dict[str, ChatUpstream] = {}
+        self.probing = settings.probe and not settings.upstreams and not settings.models
+        self._models: dict[str, Backend] = {}
         self._reachable: dict[str, bool] = {}
         self._refreshed_at = float("-inf")
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
+        await asyncio.gather(*(engine.start() for engine in self.engines))
         await self.refresh()
-        if not self.upstreams:
+        if not self.upstreams and not self.engines:
             where = ", ".join(url for _, url in PROBE_TARGETS) if self.probing else "probing is off"
             log.warning(
                 "no upstream engine found (%s); starting anyway. Start one there or pass --upstream URL.", where
             )
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(upstream.aclose() for upstream in self.upstreams))
+        await asyncio.gather(*(backend.aclose() for backend in [*self.upstreams, *self.engines]))
 
     async def refresh(self) -> None:
         """Probe (when no upstream is configured) and reload every upstream's model list."""
@@ -56,7 +69,7 @@ class ModelRouter:
             self._refreshed_at = time.monotonic()
             if self.probing:
                 await self._probe()
-            models: dict[str, ChatUpstream] = {}
+            models: dict[str, Backend] = {engine.config.name: engine for engine in self.engines if engine.loaded}
             listed = await asyncio.gather(*(self._list(upstream) for upstream in self.upstreams))
             for upstream, names in zip(self.upstreams, listed):
                 for name in names:
@@ -88,10 +101,10 @@ class ModelRouter:
         for (kind, url), ok in zip(candidates, found):
             if ok:
                 log.info("found a %s engine at %s", kind, url)
-                self.upstreams.append(ChatUpstream(UpstreamConfig(name=kind, base_url=url, kind=kind), self._recorder))
+                self.upstreams.append(make_upstream(UpstreamConfig(name=kind, base_url=url, kind=kind), self._recorder))
 
-    async def resolve(self, model: str) -> tuple[ChatUpstream, str]:
-        """The upstream and the upstream's own model name for what a client asked for."""
+    async def resolve(self, model: str) -> tuple[Backend, str]:
+        """The backend and its own model name for what a client asked for."""
         found = self._lookup(model)
         if found is None and time.monotonic() - self._refreshed_at > REFRESH_INTERVAL:
             await self.refresh()
@@ -108,7 +121,7 @@ class ModelRouter:
             )
         return found
 
-    def _lookup(self, model: str) -> tuple[ChatUpstream, str] | None:
+    def _lookup(self, model: str) -> tuple[Backend, str] | None:
         for name in (model, self.default_model):
             if name is None:
                 continue
@@ -140,6 +153,16 @@ class ModelRouter:
                 "models": [name for name, owner in self._models.items() if owner is upstream],
             }
             for upstream in self.upstreams
+        ]
+        upstreams += [
+            {
+                "name": engine.name,
+                "base_url": str(engine.config.path or f"hf://{engine.config.hf_repo}/{engine.config.hf_file}"),
+                "kind": engine.kind,
+                "reachable": engine.loaded,
+                "models": [engine.config.name],
+            }
+            for engine in self.engines
         ]
         healthy = any(entry["reachable"] for entry in upstreams)
         body: dict[str, Any] = {"status": "ok" if healthy else "no_upstream", "upstreams": upstreams}
