@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..store import Page
 from ..store.database import Connection, Database, Row
 
 Order = Literal["asc", "desc"]
@@ -25,21 +26,6 @@ _VS_FILE = ("vector_store_id, file_id, created_ms, status, last_error, attribute
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(slots=True)
-class Page:
-    data: list[dict[str, Any]]
-    has_more: bool
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": self.data,
-            "first_id": self.data[0]["id"] if self.data else None,
-            "last_id": self.data[-1]["id"] if self.data else None,
-            "has_more": self.has_more,
-        }
 
 
 @dataclass(slots=True)
