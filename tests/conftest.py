@@ -99,3 +99,97 @@ def unused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+# --- engines: a tiny GGUF run in-process and behind llama-cpp-python's server ---------
+
+
+@dataclass
+class EngineServer:
+    """ResponseKit serving models itself (or through a raw-completions upstream)."""
+
+    url: str
+    app: object
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def client(self, **options: object) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key="test", max_retries=0, **options)  # type: ignore[arg-type]
+
+    def engine(self) -> object:
+        """The in-process backend (its `stats` count finished and cancelled generations)."""
+        return self.app.state.router.engines[0]  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random-weight Hermes model (tests/tiny_gguf.py), written once per session."""
+    from .tiny_gguf import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("models") / "tiny.gguf")
+
+
+def _engine_settings(directory: Path, **options: object) -> Settings:
+    return Settings(probe=False, data_dir=directory, database_url=f"sqlite:///{directory / 'state.db'}", **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def engine_server(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineServer]:
+    """ResponseKit running the tiny model in-process with two sequences."""
+    from responsekit.config import LocalModel
+
+    settings = _engine_settings(tmp_path_factory.mktemp("engine"), models=[LocalModel(path=tiny_gguf, parallel=2)])
+    app = create_app(settings)
+    with serve(app) as url:
+        yield EngineServer(url, app)
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_upstream(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`python -m llama_cpp.server` serving the tiny model on loopback; yields its /v1 URL."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from .harness import free_port
+
+    port = free_port()
+    log = (tmp_path_factory.mktemp("llama-server") / "server.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(tiny_gguf), "--model_alias", "tiny",
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--verbose", "false"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(Path(log.name).read_text())
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def completions_server(tiny_gguf: Path, llama_cpp_upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineServer]:
+    """ResponseKit in front of llama-cpp-python's server, through the raw-completions backend
+    (the template read from the same GGUF; no repeat penalty, as the in-process engine)."""
+    upstream = UpstreamConfig(name="llama-cpp-python", base_url=llama_cpp_upstream, api="completions",
+                              chat_template=tiny_gguf, extra_body={"repeat_penalty": 1.0}, models=["tiny"])  # fmt: skip
+    app = create_app(_engine_settings(tmp_path_factory.mktemp("completions"), upstreams=[upstream]))
+    with serve(app) as url:
+        yield EngineServer(url, app)
