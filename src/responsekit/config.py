@@ -89,6 +89,8 @@ class UpstreamConfig(BaseModel):
     (default: the engine's own template, from llama.cpp's `/props`)."""
     grammar_param: Literal["grammar", "structured_outputs", "guided_grammar", "ebnf", "none"] | None = None
     """For `api = "completions"`: how a GBNF grammar is passed (default by kind)."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """For `api = "completions"`: fields added to every request (engine options such as `repeat_penalty`)."""
     timeout: float = 600.0
     """Seconds to wait for the engine's next chunk before failing the response."""
     connect_timeout: float = 10.0

@@ -24,6 +24,8 @@ from typing import Any
 
 from .conversation import FunctionTool
 
+JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
+"""A character of a JSON string: escaped, or anything but a quote, a backslash or a control character."""
 MAX_DIGITS = 15
 """Unbounded integers get at most this many digits (as llama.cpp's own integer rule)."""
 
@@ -185,10 +187,17 @@ class _Rules:
     """Rules of one grammar: ours plus the JSON-schema converter's."""
 
     def __init__(self) -> None:
-        from llama_cpp.llama_grammar import SchemaConverter
+        from llama_cpp.llama_grammar import BuiltinRule, SchemaConverter
 
         class Converter(SchemaConverter):  # type: ignore[misc, valid-type]
-            """llama.cpp's converter, with exact rules for bounded integers."""
+            """llama.cpp's converter, with exact rules for bounded integers and no raw
+            control characters in strings (this copy of its `char` rule lets them through,
+            which is not JSON)."""
+
+            def _add_primitive(inner, name: str, rule: Any) -> str:  # noqa: N805
+                if name == "char":
+                    rule = BuiltinRule(JSON_CHAR, [])
+                return super()._add_primitive(name, rule)
 
             def visit(inner, schema: Any, name: str) -> str:  # noqa: N805
                 if isinstance(schema, dict) and schema.get("type") == "integer":

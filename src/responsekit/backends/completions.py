@@ -89,7 +89,7 @@ class CompletionsUpstream(ChatUpstream):
             body.update(self._grammar_fields(plan.grammar))
         if self.kind in ("vllm", "sglang"):
             body["skip_special_tokens"] = False  # markers such as <tool_call> are special tokens
-        return body
+        return {**self.config.extra_body, **body}
 
     def _grammar_fields(self, grammar: Grammar) -> dict[str, Any]:
         param = self.config.grammar_param or GRAMMAR_PARAMS.get(self.kind, "grammar")
@@ -105,33 +105,41 @@ class CompletionsUpstream(ChatUpstream):
         return {param: grammar.gbnf}
 
     async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:
-        """Exact: the rendered prompt tokenized by the engine (`/tokenize` of llama.cpp,
-        vLLM, SGLang; `/extras/tokenize` of llama-cpp-python); else estimated."""
+        """Exact: the rendered prompt tokenized by the engine; else estimated."""
         try:
             plan = (await self.prompting(request.model)).plan(request)
         except TemplateError:
             plan = None
         if plan is None or isinstance(plan, Error):
             return await super().count_tokens(request)
+        count = await self._tokenized(plan.prompt, request.model)
+        if count is None:
+            return max(1, len(plan.prompt) // 4), False
+        return count, True
+
+    async def _tokenized(self, prompt: str, model: str) -> int | None:
+        """The prompt's token count by the engine: `/tokenize` (llama.cpp, vLLM, SGLang) or
+        `/extras/tokenize` (llama-cpp-python); None when neither answers."""
+        if self._tokenize_route == "":  # asked before: the engine has none
+            return None
         root = self.config.base_url.removesuffix("/v1")
         routes = [self._tokenize_route] if self._tokenize_route else ["/tokenize", "/extras/tokenize"]
+        body = {"content": prompt, "prompt": prompt, "input": prompt, "model": model,
+                "add_special": False, "add_special_tokens": False, "parse_special": True}  # fmt: skip
         for route in routes:
-            assert route is not None
-            body = {"content": plan.prompt, "prompt": plan.prompt, "input": plan.prompt, "model": request.model,
-                    "add_special": False, "add_special_tokens": False, "parse_special": True}  # fmt: skip
             try:
                 answer = await self._client.post(f"{root}{route}", json=body)
                 data = answer.json() if answer.status_code == 200 else None
             except (httpx.HTTPError, ValueError):
                 data = None
             if isinstance(data, dict):
-                count = data.get("count")
-                tokens = data.get("tokens")
+                count, tokens = data.get("count"), data.get("tokens")
                 if isinstance(count, int) or isinstance(tokens, list):
                     self._tokenize_route = route
-                    return (count if isinstance(count, int) else len(tokens)), True  # type: ignore[arg-type]
-        log.warning("upstream %s has no tokenize route; estimating", self.name)
-        return max(1, len(plan.prompt) // 4), False
+                    return count if isinstance(count, int) else len(tokens)  # type: ignore[arg-type]
+        log.warning("upstream %s has no tokenize route; token counts are estimated", self.name)
+        self._tokenize_route = ""
+        return None
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         try:
@@ -163,15 +171,23 @@ class CompletionsUpstream(ChatUpstream):
                         recording.error_body(text)
                     yield upstream_error(response.status_code, text)
                     return
+                usage = False
+                pieces = 0
                 async for data in sse_data(response):
                     if recording:
                         recording.chunk(data)
                     if data == "[DONE]":
                         break
-                    for event in translator.feed(_as_chat_chunk(data)):
+                    chunk = _as_chat_chunk(data)
+                    usage = usage or "usage" in chunk
+                    pieces += sum(1 for choice in chunk["choices"] if choice["delta"]["content"]) if "choices" in chunk else 0
+                    for event in translator.feed(chunk):
                         yield event
                         if isinstance(event, Error):
                             return
+                if not usage:
+                    for event in translator.feed(await self._counted_usage(plan, body["model"], pieces)):
+                        yield event
                 for event in translator.finish():
                     yield event
         except httpx.TimeoutException:
@@ -179,6 +195,14 @@ class CompletionsUpstream(ChatUpstream):
         except httpx.HTTPError as exc:
             yield Error("server_error", f"upstream {self.name} failed: {exc!r}", 502)
 
+
+    async def _counted_usage(self, plan: Plan, model: str, pieces: int) -> dict[str, Any]:
+        """Usage for an engine that reports none (llama-cpp-python): the prompt counted by its
+        tokenizer, the output as the number of text chunks (one per token as engines stream)."""
+        prompt = await self._tokenized(plan.prompt, model)
+        if prompt is None:
+            return {}
+        return {"usage": {"prompt_tokens": prompt, "completion_tokens": pieces}}
 
 def _as_chat_chunk(data: str) -> dict[str, Any]:
     """A `text_completion` chunk in the chat-chunk shape the translator reads (its `text`

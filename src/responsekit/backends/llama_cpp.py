@@ -159,14 +159,21 @@ class LlamaCppBackend:
         translator = plan.translator
         try:
             while True:
+                # What arrived since the last turn goes out as one piece, then the loop
+                # is given back: a fast engine must not starve the other requests.
                 item = await pieces.get()
-                if isinstance(item, str):
-                    text = stops.feed(item)
-                    if stops.hit:
-                        cancel.set()
-                    if text:
-                        for event in translator.feed(text_chunk(text)):
-                            yield event
+                texts: list[str] = []
+                while isinstance(item, str):
+                    texts.append(item)
+                    item = pieces.get_nowait() if not pieces.empty() else None
+                text = stops.feed("".join(texts)) if texts else ""
+                if stops.hit:
+                    cancel.set()
+                if text:
+                    for event in translator.feed(text_chunk(text)):
+                        yield event
+                if item is None:
+                    await asyncio.sleep(0)
                     continue
                 if isinstance(item, BaseException):
                     yield Error("server_error", f"model {self.model} failed: {item!r}", 500)
