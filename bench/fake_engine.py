@@ -2,11 +2,16 @@
 
 Run in its own process so that it does not share a core with what is measured:
 `python bench/fake_engine.py --port 9100 --tokens 32`.
+
+It serves two models: MODEL streams its whole answer at once; MODEL-hold sends the
+first token and then holds the stream open (for measuring what an open stream costs a
+gateway) until the client goes away or `--hold-seconds` pass.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 
 import uvicorn
@@ -16,7 +21,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 
-def build(tokens: int, model: str) -> Starlette:
+def build(tokens: int, model: str, hold_seconds: float = 600.0) -> Starlette:
     head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": model}
 
     def chunk(delta: dict, finish: str | None = None, **extra: object) -> bytes:
@@ -33,18 +38,23 @@ def build(tokens: int, model: str) -> Starlette:
                      "finish_reason": "stop"}],
         "usage": usage,
     }  # fmt: skip
+    held = f"{model}-hold"
 
     async def models(request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": model, "object": "model", "owned_by": "bench"}]})
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "bench"} for name in (model, held)]
+        return JSONResponse({"object": "list", "data": data})
 
     async def chat(request: Request) -> JSONResponse | StreamingResponse:
         body = await request.json()
         if not body.get("stream"):
             return JSONResponse(completion)
+        hold = body.get("model") == held
 
         async def stream():  # type: ignore[no-untyped-def]
-            for frame in frames:
+            for position, frame in enumerate(frames):
                 yield frame
+                if hold and position == 1:
+                    await asyncio.sleep(hold_seconds)
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
@@ -56,8 +66,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--model", default="bench-model")
+    parser.add_argument("--hold-seconds", type=float, default=600.0)
     args = parser.parse_args()
-    uvicorn.run(build(args.tokens, args.model), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    app = build(args.tokens, args.model, args.hold_seconds)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, backlog=4096)
 
 
 if __name__ == "__main__":

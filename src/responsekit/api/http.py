@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import aclosing, suppress
 from typing import Any, Protocol, TypeVar
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -145,7 +146,7 @@ def raise_for_error(renderer: Renderer) -> None:
 
 def sse_event(event: dict[str, Any]) -> bytes:
     """One Responses event in one SSE frame: `event:` line equal to the JSON `type`."""
-    return sse_frame(event["type"], dumps(event))
+    return b"event: %s\ndata: %s\n\n" % (event["type"].encode(), json_bytes(event))
 
 
 def sse_frame(kind: str, data: str) -> bytes:
@@ -154,16 +155,97 @@ def sse_frame(kind: str, data: str) -> bytes:
 
 def sse_data(payload: dict[str, Any]) -> bytes:
     """One Chat Completions chunk (no `event:` line, as OpenAI sends them)."""
-    return f"data: {dumps(payload)}\n\n".encode()
+    return b"data: %s\n\n" % json_bytes(payload)
+
+
+def json_bytes(value: Any) -> bytes:
+    """Compact ASCII-only JSON: U+2028/U+2029 and lone surrogates would break line-splitting clients.
+
+    orjson is an order of magnitude faster than the standard library, but writes UTF-8 and
+    refuses lone surrogates, integers beyond 64 bits and non-string keys; whenever its
+    output is not plain ASCII (or it refuses), the standard library's escaping is used.
+    """
+    try:
+        data = orjson.dumps(value)
+    except TypeError:
+        data = b"\x80"
+    return data if data.isascii() else json.dumps(value, separators=(",", ":")).encode()
 
 
 def dumps(value: Any) -> str:
-    # ASCII-only JSON: U+2028/U+2029 and lone surrogates would break line-splitting clients.
-    return json.dumps(value, separators=(",", ":"))
+    return json_bytes(value).decode("ascii")
 
 
 def event_stream(frames: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+    return EventStreamResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+COALESCE_LIMIT = 1 << 16
+"""Bytes of frames a stream may produce ahead of a client that reads slowly."""
+
+
+class EventStreamResponse(StreamingResponse):
+    """An SSE body whose frames leave in as few writes as they can without waiting.
+
+    A producer task runs the generation until it waits for the engine (or `limit` bytes
+    wait unsent), so the frames made from one read of the engine's stream leave in one
+    system call rather than one each, and the last batch carries the end of the body.
+    No frame is ever held back: a batch goes out as soon as the producer has nothing more
+    at hand. When the client leaves, Starlette cancels the sending, which cancels the
+    producer, and with it the engine's request. (Each write to a client that is waiting
+    wakes it: on a virtual machine the wake-up costs more than the write.)
+    """
+
+    def __init__(self, frames: AsyncIterator[bytes], **options: Any) -> None:
+        super().__init__(frames, **options)
+        self._frames = frames
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        batch: list[bytes] = []
+        size = 0
+        finished = failed = False
+        ready, room = asyncio.Event(), asyncio.Event()
+        room.set()
+
+        async def produce() -> None:
+            nonlocal size, finished, failed
+            try:
+                async for frame in self._frames:
+                    batch.append(frame)
+                    size += len(frame)
+                    ready.set()
+                    if size >= COALESCE_LIMIT:
+                        room.clear()
+                        await room.wait()
+            except BaseException:
+                failed = True
+                raise
+            finally:
+                finished = True
+                ready.set()
+
+        producer = asyncio.create_task(produce())
+        try:
+            while True:
+                if not batch and not finished:
+                    ready.clear()
+                    await ready.wait()
+                done = finished  # then every frame is in the batch taken now
+                body = batch[0] if len(batch) == 1 else b"".join(batch)
+                batch.clear()
+                size = 0
+                room.set()
+                last = done and not failed
+                if body or last:
+                    await send({"type": "http.response.body", "body": body, "more_body": not last})
+                if done:
+                    break
+            await producer  # its exception, if it failed
+        finally:
+            if not producer.done():
+                producer.cancel()
+                await asyncio.wait({producer})
 
 
 class ClientDisconnected(Exception):

@@ -9,9 +9,11 @@ content into reasoning, text and tool calls (`UpstreamConfig.parser`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterable
+from contextlib import aclosing, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -283,8 +285,9 @@ class ChatUpstream:
         body = self.render(request)
         recording = self._recorder.start(self.name, "/chat/completions", body) if self._recorder else None
         try:
-            async for event in self._exchange(body, recording, request):
-                yield event
+            async with aclosing(self._exchange(body, recording, request)) as events:
+                async for event in events:
+                    yield event
         finally:
             if recording is not None:
                 await recording.save()
@@ -311,7 +314,8 @@ class ChatUpstream:
                     for event in translator.feed_completion(text):
                         yield event
                     return
-                async for data in sse_data(response):
+                lines = sse_data(response)
+                async for data in lines:
                     if recording:
                         recording.chunk(data)
                     if data == "[DONE]":
@@ -320,8 +324,11 @@ class ChatUpstream:
                         yield event
                         if isinstance(event, Error):
                             return
-                for event in translator.finish():
-                    yield event
+                try:
+                    for event in translator.finish():
+                        yield event
+                finally:
+                    await _read_to_end(lines)
         except httpx.TimeoutException:
             yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
         except httpx.HTTPError as exc:
@@ -345,6 +352,20 @@ async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
                 yield line[5:].strip().decode("utf-8", "replace")
     if pending.startswith(b"data:"):
         yield pending[5:].strip().decode("utf-8", "replace")
+
+
+_DRAIN_SECONDS = 1.0
+
+
+async def _read_to_end(lines: AsyncIterator[str]) -> None:
+    """Read what follows `[DONE]` — normally only the end of the body — so that the
+    connection goes back to the pool instead of being closed (a new connection per
+    request costs a connect and the engine's accept). An engine that keeps the body open
+    longer than a moment loses the connection instead."""
+    with suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for _ in lines:
+                pass
 
 
 def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[str, Any]]:

