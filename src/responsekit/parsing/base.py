@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,12 @@ Handler = Callable[[str, int], int]
 """Consumes `text[pos:]` as far as its state allows and returns the new position.
 
 A handler may return `pos` unchanged only after switching `self.handler`."""
+
+log = logging.getLogger(__name__)
+
+_IDLE_LIMIT = 16
+"""Handler switches in a row without consuming input before the parser is judged stuck
+(a real chain of state changes at one position is a few switches long)."""
 
 
 @lru_cache(maxsize=256)
@@ -158,9 +165,37 @@ class StreamParser(Parser):
 
     def _run_handlers(self, text: str) -> None:
         pos, n = 0, len(text)
+        idle = 0  # handler calls since input was last consumed
         while pos < n:
             self._lane = None
-            pos = self.handler(text, pos)
+            handler = self.handler
+            end = handler(text, pos)
+            if end > pos:
+                pos, idle = end, 0
+                continue
+            idle += 1
+            if self.handler is handler or idle > _IDLE_LIMIT:
+                self._stalled(text, pos)
+
+    def _stalled(self, text: str, pos: int) -> None:
+        """A handler neither consumed input nor changed state: called again, it would do
+        the same forever.  A parser bug, so fail safe instead of spinning: close what
+        the state holds (an open call gets valid arguments) and make the rest of the
+        output content."""
+        log.warning(
+            "%s parser stuck in %s at %r: the rest of the output is content",
+            self.name,
+            getattr(self.handler, "__name__", self.handler),
+            text[pos : pos + 40],
+        )
+        self._finish()
+        self.out.end_call()
+        self.handler = self._verbatim
+
+    def _verbatim(self, text: str, pos: int) -> int:
+        """After a stall: everything is content."""
+        self.out.text(text[pos:])
+        return len(text)
 
     def _replay(self, text: str) -> None:
         """Run the current handlers over `text`, a bounded tail a scanner held back.
@@ -175,7 +210,8 @@ class StreamParser(Parser):
         if self._lane_tail:
             self._run_handlers(self._lane_tail)
             self._lane_tail = ""
-        self._finish()
+        if self.handler != self._verbatim:
+            self._finish()
         self.out.end_call()
         return self.out.take()
 

@@ -409,7 +409,8 @@ class JsonCallReader:
     first).  Other members are scanned and ignored.  With `names` given, an envelope
     whose name is not among them is *rejected* (see `rejected`) and nothing is emitted,
     so a bare JSON answer that merely has a "name" key stays content; with `strict`,
-    so is an envelope with any other member.
+    so is an envelope with any other member before the call starts.  Once it has
+    started, other members are ignored: an emitted call cannot be taken back.
     """
 
     __slots__ = (
@@ -517,7 +518,7 @@ class JsonCallReader:
                 )
                 self._value = None
                 self._state = 3
-                if self._strict and not self._role:
+                if self._strict and not self._role and not self.started:
                     self.rejected = True
             else:  # 4: after a member
                 if c == ",":
