@@ -36,6 +36,7 @@ class HermesJsonParser(TaggedParser):
         self._close_scan = MarkerScanner(("</tool_call>",))
         self._after_scan = MarkerScanner(("</tool_call>", "<tool_call>", *self.stop_tokens))
         self._raw: list[str] = []
+        self._gap: list[str] = []  # whitespace after a call's JSON, until its fate is known
 
     def _call_handler(self, marker: str) -> Handler:
         self._reader = JsonCallReader(self.out)
@@ -56,21 +57,44 @@ class HermesJsonParser(TaggedParser):
         return pos
 
     def _after_call(self, text: str, pos: int) -> int:
-        """After the JSON: expect `</tool_call>`; other text means the model moved on."""
-        plain, marker, pos = self._after_scan.scan(text, pos)
-        if plain and not plain.isspace():
-            self.resume()
-            self.out.text(plain)
-            self._said_content = True
-            if marker is None:
-                self._replay(self._after_scan.flush())
-            elif marker == "<tool_call>":
-                self.handler = self._call_handler(marker)
-        elif marker == "<tool_call>":  # `</tool_call>` was left out
-            self.handler = self._call_handler(marker)
-        elif marker == "</tool_call>":
-            self.resume()
+        """After the JSON: whitespace, then `</tool_call>` (or the next `<tool_call>`, or a
+        stop token).  Anything else means the model moved on without closing the call:
+        the text is content from its first character on, whitespace before it included,
+        read by the content handler, so chunking cannot change how it is read."""
+        scan = self._after_scan
+        n = len(text)
+        if scan.resting:
+            start = pos
+            while pos < n and text[pos] in _WS:
+                pos += 1
+            if pos > start:
+                self._gap.append(text[start:pos])
+            if pos == n:
+                return pos
+            if text[pos] not in scan.starts:
+                self._move_on("")
+                return pos
+        while pos < n:  # a marker may be starting: step until it is decided (bounded)
+            plain, marker, _ = scan.scan(text[pos])
+            pos += 1
+            if plain:
+                self._move_on(plain + (marker or scan.flush()))
+                break
+            if marker is not None:
+                self._gap.clear()
+                if marker == "<tool_call>":  # `</tool_call>` was left out
+                    self.handler = self._call_handler(marker)
+                elif marker == "</tool_call>":
+                    self.resume()
+                break
         return pos
+
+    def _move_on(self, seen: str) -> None:
+        """Content follows the call: the held whitespace, then `seen` and the rest."""
+        self.resume()
+        self.out.text("".join(self._gap))
+        self._gap.clear()
+        self._replay(seen)
 
     def _skip_to_close(self, text: str, pos: int) -> int:
         """Malformed call body: drop it up to `</tool_call>`."""
