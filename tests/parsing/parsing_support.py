@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
+
+from hypothesis import strategies as st
 
 from responsekit.events import (
     Event,
@@ -15,7 +22,7 @@ from responsekit.events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from responsekit.parsing import Parser
+from responsekit.parsing import Parser, get_parser
 
 CASES_PATH = Path(__file__).resolve().parents[1] / "data" / "formats" / "cases.jsonl"
 TEMPLATES_DIR = CASES_PATH.parent / "templates"
@@ -122,3 +129,80 @@ def heal(prefix: str) -> Any:
     if not prefix:
         return {}
     return json.loads(prefix + ('"' if in_string else "") + "".join(reversed(stack)))
+
+
+EXAMPLE_BUDGET = 5.0
+"""Seconds one fuzz example may take: parsing a soup takes milliseconds, so running out
+means a loop that would never end."""
+
+
+@contextmanager
+def time_budget(seconds: float) -> Iterator[None]:
+    """Fail instead of hanging: raises TimeoutError in the code running when time is up
+    (a pure-Python loop included)."""
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"parsing took over {seconds}s: a loop that never ends?")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def no_stalls() -> Iterator[None]:
+    """Assert the stall guard of `StreamParser` never fired: it keeps a stuck parser from
+    hanging, but firing means a handler bug, which a fuzz example must report."""
+    collect = _Collect()
+    logger = logging.getLogger("responsekit.parsing.base")
+    logger.addHandler(collect)
+    try:
+        yield
+    finally:
+        logger.removeHandler(collect)
+    assert not collect.records, collect.records[0].getMessage()
+
+
+def check_soup(
+    fmt: str,
+    pool: Sequence[str],
+    tools: Sequence[Any],
+    data: st.DataObject,
+    *,
+    leads: Sequence[str] = ("",),
+) -> None:
+    """Parse a random soup of `pool` fragments one-shot, per character and in random
+    chunks, within `EXAMPLE_BUDGET`: all three agree, no stall, every call ends with
+    valid JSON arguments, and a cut stream's arguments heal.  The soup starts with one
+    of `leads` (where marker-less forms are read: bare JSON)."""
+    pieces = data.draw(st.lists(st.sampled_from(pool), max_size=30))
+    raw = data.draw(st.sampled_from(leads)) + "".join(pieces)
+    thinking_open = data.draw(st.booleans())
+    tools = data.draw(st.sampled_from([tools, ()]))
+    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=20))
+    cls = get_parser(fmt)
+    with time_budget(EXAMPLE_BUDGET), no_stalls():
+        whole = run(cls(tools, thinking_open=thinking_open), [raw])
+        split = run(cls(tools, thinking_open=thinking_open), split_at(raw, cuts))
+        chars = run(cls(tools, thinking_open=thinking_open), list(raw))
+        snapshot = run(cls(tools, thinking_open=thinking_open), split_at(raw, cuts), finish=False)
+    assert split.comparable(False) == whole.comparable(False)
+    assert chars.comparable(False) == whole.comparable(False)
+    for call in whole.calls:
+        assert call.ended
+        json.loads(call.arguments)
+    for call in snapshot.calls:
+        heal(call.arguments)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from responsekit.parsing import get_parser
 
-from .parsing_support import Folded, run
+from .parsing_support import Folded, check_soup, run
 
 WEATHER = [
     {
@@ -225,6 +228,69 @@ def test_hermes_missing_closing_tag_then_stop_token_or_next_call() -> None:
     )
     r = parse("hermes_json", raw)
     assert args(r) == [{}, {"days": 2}] and r.content == "Done."
+
+
+def test_hermes_text_after_an_unclosed_call_is_content_from_its_first_character() -> None:
+    """Regression: whitespace before the text was kept fed whole but dropped when it came
+    in its own delta (`x\\n]` against `x]`)."""
+    r = parse("hermes_json", 'x<tool_call>{"name": "get_weather", "arguments": {}}\n]')
+    assert r.content == "x\n]" and args(r) == [{}]
+    r = parse("hermes_json", '<tool_call>{"name": "get_weather", "arguments": {}}\n \n<|im_end|>')
+    assert r.content == "" and args(r) == [{}]
+
+
+def test_hermes_closing_tag_after_text_after_a_call_is_content() -> None:
+    """Regression: once text follows a call the model has moved on, so a later
+    `</tool_call>` is content like any other; fed whole it used to be dropped."""
+    raw = 'x<tool_call>{"name": "get_weather", "arguments": {}}y</tool_call>z'
+    r = parse("hermes_json", raw)
+    assert r.content == "xy</tool_call>z" and args(r) == [{}]
+    raw = '<tool_call>{"name": "get_weather", "arguments": {}}\n</tool_cx'
+    assert parse("hermes_json", raw).content == "</tool_cx"
+
+
+def test_hermes_bare_call_with_other_members_ends() -> None:
+    """Regression: a strict bare envelope rejected after its call had started made the
+    parser spin forever; the other members are now ignored, whatever their order."""
+    for raw in (
+        '{"name": "get_weather", "foo": 1}',
+        '{"name": "get_weather", "arguments": {"days": 2}, "foo": [1, {"a": "}"}]}',
+        '{"name": "get_weather", "foo": 1, "arguments": {"days": 2}} Done.',
+    ):
+        r = parse("hermes_json", raw)
+        assert [c.name for c in r.calls] == ["get_weather"], raw
+    assert args(parse("hermes_json", '{"name": "get_weather", "foo": 1}')) == [{}]
+    r = parse("hermes_json", '{"name": "get_weather", "foo": 1, "arguments": {"days": 2}} Done.')
+    assert args(r) == [{"days": 2}] and r.content == "Done."
+    raw = '{"foo": 1, "name": "get_weather"}'  # decided before the call starts: content
+    assert parse("hermes_json", raw).content == raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_hermes_call_boundaries_soup(data: st.DataObject) -> None:
+    """What follows a call's JSON, in every chunking: closers, text, whitespace, the next
+    call, stop tokens and bare envelopes, without the generic fuzz's other noise."""
+    pool = [
+        '<tool_call>{"name": "get_weather", "arguments": {}}',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "a</tool_call>"}}',
+        "<tool_call>",
+        "</tool_call>",
+        "</tool_c",
+        "\n",
+        " ",
+        "x",
+        "]",
+        "<",
+        "<think>",
+        "</think>",
+        "<|im_end|>",
+        '{"name": "get_weather", "foo": 1}',
+        '{"name": "get_weather"}',
+        '{"name": 3}',
+        '[{"name": "get_weather"}]',
+    ]
+    check_soup("hermes_json", pool, WEATHER, data)
 
 
 def test_hermes_text_after_a_call_keeps_holding_a_split_stop_token() -> None:

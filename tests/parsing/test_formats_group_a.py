@@ -15,7 +15,7 @@ from responsekit.events import Event, TextDelta, ToolCallDelta, ToolCallStart
 from responsekit.parsing import get_parser
 from responsekit.parsing.detect import model_format
 
-from .parsing_support import Folded, heal, run, split_at
+from .parsing_support import Folded, check_soup, run
 from .test_fuzz import COMMON, TOOLS
 
 
@@ -444,18 +444,4 @@ FRAGMENTS_A["llama3_builtin_python_tag"] = FRAGMENTS_A["llama3_json"]
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_fragment_soup(fmt: str, data: st.DataObject) -> None:
-    pieces = data.draw(st.lists(st.sampled_from(COMMON + FRAGMENTS_A[fmt]), max_size=30))
-    raw = "".join(pieces)
-    thinking_open = data.draw(st.booleans())
-    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=20))
-    cls = get_parser(fmt)
-
-    whole = run(cls(TOOLS, thinking_open=thinking_open), [raw])
-    split = run(cls(TOOLS, thinking_open=thinking_open), split_at(raw, cuts))
-    assert split.comparable(False) == whole.comparable(False)
-    for call in whole.calls:
-        assert call.ended
-        json.loads(call.arguments)
-    snapshot = run(cls(TOOLS, thinking_open=thinking_open), split_at(raw, cuts), finish=False)
-    for call in snapshot.calls:
-        heal(call.arguments)
+    check_soup(fmt, COMMON + FRAGMENTS_A[fmt], TOOLS, data)

@@ -3,7 +3,6 @@ beyond the corpus: leniency, typing, ids, streaming, truncation, stop tokens."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 from responsekit.events import ToolCallDelta
 from responsekit.parsing import get_parser
 
-from .parsing_support import Folded, heal, run, split_at
+from .parsing_support import Folded, check_soup, run
 from .test_formats import args
 from .test_formats import parse as parse_three_ways
 from .test_fuzz import COMMON, TOOLS
@@ -528,18 +527,4 @@ FRAGMENTS_B = {
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_fragment_soup(fmt: str, data: st.DataObject) -> None:
-    pieces = data.draw(st.lists(st.sampled_from(COMMON + FRAGMENTS_B[fmt]), max_size=30))
-    raw = "".join(pieces)
-    thinking_open = data.draw(st.booleans())
-    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=20))
-    cls = get_parser(fmt)
-
-    whole = run(cls(TOOLS, thinking_open=thinking_open), [raw])
-    split = run(cls(TOOLS, thinking_open=thinking_open), split_at(raw, cuts))
-    assert split.comparable(False) == whole.comparable(False)
-    for call in whole.calls:
-        assert call.ended
-        json.loads(call.arguments)
-    snapshot = run(cls(TOOLS, thinking_open=thinking_open), split_at(raw, cuts), finish=False)
-    for call in snapshot.calls:
-        heal(call.arguments)
+    check_soup(fmt, COMMON + FRAGMENTS_B[fmt], TOOLS, data)

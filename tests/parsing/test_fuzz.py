@@ -3,15 +3,13 @@ under any chunking, and every call finishes with valid JSON arguments."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from responsekit.parsing import available_formats, get_parser
+from responsekit.parsing import available_formats
 
-from .parsing_support import heal, run, split_at
+from .parsing_support import check_soup
 
 COMMON = [
     "a",
@@ -48,11 +46,19 @@ FRAGMENTS = {
         "</think>",
         "<tool_call>",
         "</tool_call>",
+        "\n</tool_call>\n",
+        "</tool_c",
         '{"name": "f", "arguments": ',
         '"arguments": ',
         '"name": "f"',
         "<|im_end|>",
         '{"name": "f", "arguments": {}}',
+        '<tool_call>\n{"name": "f", "arguments": {"s": "v"}}',
+        '{"name": "f", "arguments": {"n": -1}}\n',
+        "\n]",
+        "x</tool_call>",
+        '{"name": "f", "foo": 1}',
+        '{"name": "f"}',
         "<|endoftext|>",
     ],
     "qwen3_coder_xml": [
@@ -134,21 +140,7 @@ def test_every_registered_format_is_fuzzed() -> None:
 
 
 @pytest.mark.parametrize("fmt", sorted(FRAGMENTS))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_fragment_soup(fmt: str, data: st.DataObject) -> None:
-    pieces = data.draw(st.lists(st.sampled_from(COMMON + FRAGMENTS[fmt]), max_size=30))
-    raw = "".join(pieces)
-    thinking_open = data.draw(st.booleans())
-    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=20))
-    cls = get_parser(fmt)
-
-    whole = run(cls(TOOLS, thinking_open=thinking_open), [raw])
-    split = run(cls(TOOLS, thinking_open=thinking_open), split_at(raw, cuts))
-    assert split.comparable(False) == whole.comparable(False)
-    for call in whole.calls:
-        assert call.ended
-        json.loads(call.arguments)
-    snapshot = run(cls(TOOLS, thinking_open=thinking_open), split_at(raw, cuts), finish=False)
-    for call in snapshot.calls:
-        heal(call.arguments)
+    check_soup(fmt, COMMON + FRAGMENTS[fmt], TOOLS, data)
