@@ -221,6 +221,8 @@ def test_a_template_refusal_never_reaches_the_engine(tmp_path: Path) -> None:
             answer = httpx.post(f"{url}/v1/responses", json={"model": "tiny", "input": "Hi", "tools": TOOLS})
             assert answer.status_code == 400
             assert answer.json()["error"]["message"] == "This model does not take tools."
+            counted = httpx.post(f"{url}/v1/responses/input_tokens", json={"model": "tiny", "input": "Hi", "tools": TOOLS})
+            assert counted.status_code == 400
             assert httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny", "messages": [
                 {"role": "user", "content": "Hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}).status_code == 400
             assert engine.requests == []

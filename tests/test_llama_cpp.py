@@ -196,6 +196,23 @@ def test_json_schema_output_validates(engine_server: EngineServer) -> None:
     assert json_object["output_text"].startswith('{"')
 
 
+def test_chat_completions_stop_at_a_stop_text(engine_server: EngineServer) -> None:
+    """A stop text ends the answer before it, wherever the tokens split it."""
+    client = engine_server.client()
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 0,
+            "max_tokens": 40}  # fmt: skip
+    free = client.chat.completions.create(**body)  # type: ignore[call-overload]
+    text = free.choices[0].message.content
+    assert free.choices[0].finish_reason == "length" and len(text) > 20
+    stop = max((text[i : i + 3] for i in range(len(text) - 3)), key=text.index)  # the latest to appear first
+    assert text.index(stop) > 0
+    cut = client.chat.completions.create(**body, stop=[stop])  # type: ignore[call-overload]
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].message.content == text[: text.index(stop)]
+    chunks = list(client.chat.completions.create(**body, stop=[stop], stream=True))  # type: ignore[call-overload]
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices) == text[: text.index(stop)]
+
+
 def test_input_tokens_are_counted_by_the_models_tokenizer(engine_server: EngineServer) -> None:
     body = {"model": "tiny", "input": "Count these words, please.", "tools": TOOLS}
     counted = httpx.post(f"{engine_server.base_url}/responses/input_tokens", json=body).json()
@@ -239,6 +256,8 @@ def test_a_template_refusal_is_a_400_with_its_message(tiny_gguf: Path, tmp_path:
         assert answer.status_code == 400
         assert answer.json()["error"]["message"] == "Only one message, please."
         assert answer.json()["error"]["type"] == "invalid_request_error"
+        counted = httpx.post(f"{url}/v1/responses/input_tokens", json=body)
+        assert counted.status_code == 400 and counted.json()["error"]["message"] == "Only one message, please."
         with httpx.stream("POST", f"{url}/v1/responses", json={**body, "stream": True}) as streamed:
             events, _ = read_sse(streamed.iter_lines())
         failed = check_stream(events)

@@ -107,14 +107,13 @@ class CompletionsUpstream(ChatUpstream):
     async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:
         """Exact: the rendered prompt tokenized by the engine; else estimated."""
         try:
-            plan = (await self.prompting(request.model)).plan(request)
-        except TemplateError:
-            plan = None
-        if plan is None or isinstance(plan, Error):
+            prompting = await self.prompting(request.model)
+        except TemplateError:  # the engine tells no template: count as a chat engine would
             return await super().count_tokens(request)
-        count = await self._tokenized(plan.prompt, request.model)
+        prompt = prompting.prompt_or_raise(request)
+        count = await self._tokenized(prompt, request.model)
         if count is None:
-            return max(1, len(plan.prompt) // 4), False
+            return max(1, len(prompt) // 4), False
         return count, True
 
     async def _tokenized(self, prompt: str, model: str) -> int | None:

@@ -118,10 +118,7 @@ class LlamaCppBackend:
     async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:
         """Exact: the rendered prompt tokenized by the model's own tokenizer."""
         assert self._prompting is not None
-        plan = self._prompting.plan(request)
-        if isinstance(plan, Error):
-            return 0, False
-        return len(self._sequences[0].tokenize(plan.prompt)), True
+        return len(self._sequences[0].tokenize(self._prompting.prompt_or_raise(request))), True
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         if self._prompting is None:

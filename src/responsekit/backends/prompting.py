@@ -9,7 +9,6 @@ call numbering, finish reasons and reasoning modes behave exactly as for chat up
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from .. import grammars
 from ..config import ReasoningMode
 from ..conversation import GenerationRequest, NamedToolChoice
+from ..errors import APIError
 from ..events import Error
 from ..parsing import Parser, detect_format, get_parser
 from ..templates import ChatTemplate, TemplateError
@@ -48,6 +48,13 @@ class ModelPrompting:
         self._warned: set[str] = set()
         if self.parser is None:
             log.warning("model %s: no output format recognised in its chat template; its text is passed as is", name)
+
+    def prompt_or_raise(self, request: GenerationRequest) -> str:
+        """The rendered prompt, or a 400 (for callers that answer a request themselves)."""
+        plan = self.plan(request)
+        if isinstance(plan, Error):
+            raise APIError(plan.status, plan.message, code="invalid_request_error")
+        return plan.prompt
 
     def plan(self, request: GenerationRequest) -> Plan | Error:
         """The prompt and its companions, or a 400 when the template refuses the conversation."""
@@ -131,7 +138,3 @@ def final_chunk(finish_reason: str, prompt_tokens: int | None, completion_tokens
             "prompt_tokens_details": {"cached_tokens": cached_tokens},
         }
     return chunk
-
-
-def json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
