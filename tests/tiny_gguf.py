@@ -87,7 +87,8 @@ def _merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
 
 
 def write_tiny_gguf(path: Path, *, template: str = HERMES_TEMPLATE, seed: int = 0, embd: int = 64,
-                    layers: int = 2, ff: int = 128, heads: int = 4, eager: str | None = None) -> Path:  # fmt: skip
+                    layers: int = 2, ff: int = 128, heads: int = 4, eager: str | None = None,
+                    half: bool = False) -> Path:  # fmt: skip
     """Write the model to `path` (the defaults are the test model; the bench writes bigger ones).
 
     The first dimension of the residual stream is a constant that no layer writes to;
@@ -95,7 +96,8 @@ def write_tiny_gguf(path: Path, *, template: str = HERMES_TEMPLATE, seed: int = 
     it negatively, so a generation runs to its limit unless a grammar completes (then the
     end is the only token allowed); `eager` names a token read positively, which the model
     then writes wherever a grammar allows it (`<tool_call>` makes a model that starts every
-    answer with a call, to show what a lazy grammar does).
+    answer with a call, to show what a lazy grammar does).  `half` stores the matrices
+    in f16.
     """
     import gguf
 
@@ -143,21 +145,22 @@ def write_tiny_gguf(path: Path, *, template: str = HERMES_TEMPLATE, seed: int = 
     output[end, 0] = -5.0
     if eager is not None:
         output[tokens.index(eager), 0] = 50.0
-    writer.add_tensor("token_embd.weight", embeddings)
+    matrix = np.float16 if half else np.float32
+    writer.add_tensor("token_embd.weight", embeddings.astype(matrix))
     writer.add_tensor("output_norm.weight", np.ones(embd, dtype=np.float32))
-    writer.add_tensor("output.weight", output)
+    writer.add_tensor("output.weight", output.astype(matrix))
     for layer in range(layers):
         prefix = f"blk.{layer}."
         writer.add_tensor(prefix + "attn_norm.weight", np.ones(embd, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v"):
-            writer.add_tensor(prefix + name + ".weight", weights(embd, embd))
+            writer.add_tensor(prefix + name + ".weight", weights(embd, embd).astype(matrix))
         attention_out, ffn_down = weights(embd, embd), weights(embd, ff)
         attention_out[0] = ffn_down[0] = 0.0  # nothing writes to the constant dimension
-        writer.add_tensor(prefix + "attn_output.weight", attention_out)
+        writer.add_tensor(prefix + "attn_output.weight", attention_out.astype(matrix))
         writer.add_tensor(prefix + "ffn_norm.weight", np.ones(embd, dtype=np.float32))
-        writer.add_tensor(prefix + "ffn_gate.weight", weights(ff, embd))
-        writer.add_tensor(prefix + "ffn_up.weight", weights(ff, embd))
-        writer.add_tensor(prefix + "ffn_down.weight", ffn_down)
+        writer.add_tensor(prefix + "ffn_gate.weight", weights(ff, embd).astype(matrix))
+        writer.add_tensor(prefix + "ffn_up.weight", weights(ff, embd).astype(matrix))
+        writer.add_tensor(prefix + "ffn_down.weight", ffn_down.astype(matrix))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -145,42 +145,38 @@ class LlamaCppBackend:
     async def _run(self, sequence: Sequence, plan: Plan, tokens: list[int], request: GenerationRequest,
                    room: int) -> AsyncIterator[Event]:  # fmt: skip
         loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[str | Outcome | BaseException] = asyncio.Queue()
+        handoff = Handoff(loop)
         cancel = threading.Event()
-        emit: Callable[[Any], None] = lambda item: loop.call_soon_threadsafe(pieces.put_nowait, item)  # noqa: E731
         limit = min(request.max_output_tokens or room, room)
         sampling = DEFAULT_SAMPLING.with_request(request)
-        worker = loop.run_in_executor(None, self._work, sequence, tokens, limit, sampling, plan, cancel, emit)
+        worker = loop.run_in_executor(None, self._work, sequence, tokens, limit, sampling, plan, cancel, handoff.put)
         worker.add_done_callback(lambda _: self._release(sequence))
         stops = StopTexts(plan.stops)
         translator = plan.translator
         try:
             while True:
                 # What arrived since the last turn goes out as one piece, then the loop
-                # is given back: a fast engine must not starve the other requests.
-                item = await pieces.get()
-                texts: list[str] = []
-                while isinstance(item, str):
-                    texts.append(item)
-                    item = pieces.get_nowait() if not pieces.empty() else None
-                text = stops.feed("".join(texts)) if texts else ""
+                # is given back: a fast engine never holds it for a whole generation.
+                items = await handoff.take()
+                end = items.pop() if not isinstance(items[-1], str) else None
+                text = stops.feed("".join(items)) if items else ""
                 if stops.hit:
                     cancel.set()
                 if text:
                     for event in translator.feed(text_chunk(text)):
                         yield event
-                if item is None:
+                if end is None:
                     await asyncio.sleep(0)
                     continue
-                if isinstance(item, BaseException):
-                    yield Error("server_error", f"model {self.model} failed: {item!r}", 500)
+                if isinstance(end, BaseException):
+                    yield Error("server_error", f"model {self.model} failed: {end!r}", 500)
                     return
                 tail = stops.flush()
                 if tail:
                     for event in translator.feed(text_chunk(tail)):
                         yield event
-                reason = "stop" if stops.hit else item.reason
-                final = final_chunk(reason, item.prompt_tokens, item.completion_tokens, item.cached_tokens)
+                reason = "stop" if stops.hit else end.reason
+                final = final_chunk(reason, end.prompt_tokens, end.completion_tokens, end.cached_tokens)
                 for event in translator.feed(final):
                     yield event
                 for event in translator.finish():
@@ -227,6 +223,42 @@ class LlamaCppBackend:
                 waiter.set_result(sequence)
                 return
         self._free.append(sequence)
+
+
+class Handoff:
+    """Text pieces from the worker thread to the event loop, which is woken once per batch
+    (when it waits), not once per token."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: list[Any] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        """From the worker: a text piece, then its `Outcome` (or the exception that ended it)."""
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            self._loop.call_soon_threadsafe(_wake, waiter)
+
+    async def take(self) -> list[Any]:
+        """Everything put since the last take (at least one item)."""
+        waiter = self._loop.create_future()
+        with self._lock:
+            if not self._items:
+                self._waiter = waiter
+        if self._waiter is waiter:
+            await waiter
+        with self._lock:
+            items, self._items = self._items, []
+        return items
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class StopTexts:
