@@ -29,15 +29,14 @@ import time
 from pathlib import Path
 
 import httpx
-
 from machine import describe
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
-from responsekit.conversation import GenerationRequest, Message, TextPart  # noqa: E402
-from responsekit.templates import from_gguf  # noqa: E402
-from tests.tiny_gguf import write_tiny_gguf  # noqa: E402
+from responsekit.conversation import GenerationRequest, Message, TextPart
+from responsekit.templates import from_gguf
+from tests.tiny_gguf import write_tiny_gguf
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 MODELS = {

@@ -18,7 +18,16 @@ from responsekit.app import create_app
 from responsekit.config import LocalModel, Settings
 
 from .conftest import EngineServer
-from .harness import check_response, check_stream, output, read_sse, serve, start_cli, strip_ids, wait_for
+from .harness import (
+    check_response,
+    check_stream,
+    output,
+    read_sse,
+    serve,
+    start_cli,
+    strip_ids,
+    wait_for,
+)
 from .tiny_gguf import write_tiny_gguf
 
 WEATHER_SCHEMA = {

@@ -103,7 +103,7 @@ def write_tiny_gguf(path: Path, *, template: str = HERMES_TEMPLATE, seed: int = 
 
     ranks = _ranks()
     table = _byte_chars()
-    spell = lambda raw: "".join(table[b] for b in raw)  # noqa: E731
+    spell = lambda raw: "".join(table[b] for b in raw)
     tokens = [spell(token) for token, _ in sorted(ranks.items(), key=lambda item: item[1])]
     types = [gguf.TokenType.NORMAL] * len(tokens)
     tokens += SPECIAL + ADDED

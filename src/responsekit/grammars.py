@@ -194,12 +194,12 @@ class _Rules:
             control characters in strings (this copy of its `char` rule lets them through,
             which is not JSON)."""
 
-            def _add_primitive(inner, name: str, rule: Any) -> str:  # noqa: N805
+            def _add_primitive(inner, name: str, rule: Any) -> str:
                 if name == "char":
                     rule = BuiltinRule(JSON_CHAR, [])
                 return super()._add_primitive(name, rule)
 
-            def visit(inner, schema: Any, name: str) -> str:  # noqa: N805
+            def visit(inner, schema: Any, name: str) -> str:
                 if isinstance(schema, dict) and schema.get("type") == "integer":
                     low, high = integer_bounds(schema)
                     if low is not None or high is not None:

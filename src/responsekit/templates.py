@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
 from jinja2 import nodes
@@ -56,9 +56,9 @@ class _Sandbox(SandboxedEnvironment):
                 raise TemplateError("the chat template computes a power too large")
             return operator.pow(left, right)
         for sequence, count in ((left, right), (right, left)):
-            if isinstance(sequence, (str, list, tuple)) and isinstance(count, int):
-                if len(sequence) * count > MAX_REPEAT:
-                    raise TemplateError("the chat template builds a sequence too large")
+            sized = isinstance(sequence, (str, list, tuple)) and isinstance(count, int)
+            if sized and len(sequence) * count > MAX_REPEAT:
+                raise TemplateError("the chat template builds a sequence too large")
         return operator.mul(left, right)
 
 
@@ -66,7 +66,7 @@ class _Generation(Extension):
     """`{% generation %}…{% endgeneration %}` (transformers marks assistant text with it for
     training masks): rendered as its body."""
 
-    tags = {"generation"}
+    tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser: Any) -> nodes.Node:
         lineno = next(parser.stream).lineno
@@ -172,7 +172,7 @@ class ChatTemplate:
             raise
         except jinja2.exceptions.SecurityError as exc:
             raise TemplateError(f"the chat template tried an unsafe operation: {exc}") from None
-        except Exception as exc:  # a template bug (a None concatenated, a missing key…)
+        except Exception as exc:  # noqa: BLE001  (any template bug — a None concatenated, a missing key… — is the request's 400)
             raise TemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
 
     def render_request(self, request: GenerationRequest) -> str:

@@ -25,7 +25,7 @@ from ..config import LocalModel
 from ..conversation import GenerationRequest
 from ..events import Error, Event
 from ..templates import ChatTemplate, from_gguf, load_template
-from .llama_sequence import Outcome, Sampling, Sequence, load_model
+from .llama_sequence import Sampling, Sequence, load_model
 from .prompting import ModelPrompting, Plan, final_chunk, text_chunk
 
 log = logging.getLogger(__name__)
