@@ -4,7 +4,10 @@ concurrent requests, forced and lazy tool-call grammars, JSON output, token coun
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -290,6 +293,16 @@ def test_serve_model_from_the_command_line_logs_its_loading(tiny_gguf: Path) -> 
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_a_missing_model_file_stops_the_server_with_a_clear_message(tmp_path: Path) -> None:
+    process = subprocess.run(
+        [sys.executable, "-m", "responsekit", "serve", "--model", str(tmp_path / "absent.gguf"), "--no-probe",
+         "--port", "0"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert process.returncode != 0
+    assert "file not found" in process.stdout + process.stderr
 
 
 def test_hf_repo_and_file_come_from_the_hugging_face_cache(tiny_gguf: Path, tmp_path: Path) -> None:

@@ -51,13 +51,13 @@ def create_app(settings: Settings) -> FastAPI:
             router, store, runs, sealer, urls, app.state.vector_stores, settings.summarizer_model
         )
         await runs.start()
-        await router.start()
-        if not settings.api_keys:
-            if settings.listen_host in ("127.0.0.1", "localhost", "::1"):
-                log.info("no API keys configured: listening on %s only", settings.listen_host)
-            else:
-                log.warning("no API keys configured: anyone who reaches %s can use this server", settings.listen_host)
-        try:
+        try:  # a model that fails to load still closes what was opened, so the process ends
+            await router.start()
+            if not settings.api_keys:
+                if settings.listen_host in ("127.0.0.1", "localhost", "::1"):
+                    log.info("no API keys configured: listening on %s only", settings.listen_host)
+                else:
+                    log.warning("no API keys configured: anyone who reaches %s can use this server", settings.listen_host)
             yield
         finally:
             await runs.stop(settings.shutdown_timeout)

@@ -139,8 +139,8 @@ class ChatTemplate:
     eos_token: str = ""
     extra_stops: tuple[str, ...] = field(default=())
     """Further end-of-generation texts the tokenizer knows (e.g. its EOT token)."""
-    _compiled: jinja2.Template | None = None
-    _text_arguments: bool | None = None
+    _compiled: jinja2.Template | None = field(default=None, repr=False, compare=False)
+    _text_arguments: bool | None = field(default=None, repr=False, compare=False)
 
     def _template(self) -> jinja2.Template:
         if self._compiled is None:

@@ -38,6 +38,8 @@ def model_file(config: LocalModel) -> Path:
     """The GGUF on disk: the configured path, or the Hugging Face file, downloaded into
     the Hugging Face cache unless it is there already."""
     if config.path is not None:
+        if not config.path.is_file():
+            raise RuntimeError(f"model {config.name}: file not found: {config.path}")
         return config.path
     from huggingface_hub import hf_hub_download
 
@@ -81,6 +83,11 @@ class LlamaCppBackend:
         ticker = asyncio.create_task(self._tick(started))
         try:
             self._sequences = await asyncio.to_thread(self._load, path)
+        except ImportError:
+            raise RuntimeError("running a model in-process needs the `llama` extra: "
+                               "pip install 'responsekit[llama]'") from None  # fmt: skip
+        except (ValueError, OSError) as exc:  # llama.cpp's "Failed to load model from file"
+            raise RuntimeError(f"model {self.model}: cannot load {path}: {exc}") from None
         finally:
             ticker.cancel()
         self._free = list(self._sequences)
