@@ -170,7 +170,10 @@ class ScriptedUpstream:
 
     Exchanges are served in the order they were pushed; `responder` answers when the
     queue is empty. Every request body is kept in `requests`; `time_scale` scales the
-    recorded delays (0 replays at once).
+    recorded delays (0 replays at once). Faults a script can ask for: `"end": "drop"`
+    (the connection breaks after the chunks), `"trickle": SECONDS` (the body is written
+    one byte at a time), any `status` with its `error_body`, and any text as a chunk's
+    `data` (sent as is, so also malformed SSE).
     """
 
     def __init__(self, models: tuple[str, ...] = ("test-model",), owned_by: str = "llamacpp") -> None:
@@ -229,7 +232,13 @@ class ScriptedUpstream:
                     await asyncio.sleep(delay)
                 previous = at
                 data = chunk["data"]
-                yield f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+                frame = f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+                if script.get("trickle") is None:
+                    yield frame
+                    continue
+                for byte in frame.encode():  # one byte per write, `trickle` seconds apart
+                    yield bytes([byte])
+                    await asyncio.sleep(script["trickle"])
             if script.get("end") == "drop":
                 raise ConnectionAbortedError("scripted drop")
             self.finished += 1

@@ -8,6 +8,7 @@ event (`response.completed`, `.incomplete` or `.failed`).
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from ...events import (
 )
 from ...ids import new_id
 from .tools import CUSTOM_INPUT, ToolSet
+
+log = logging.getLogger(__name__)
 
 _CITATION = re.compile(r"\[(\d{1,4})\]")
 _CITATION_LONGEST = 6
@@ -104,6 +107,8 @@ class ResponseRenderer:
         self._reasoning: _Reasoning | None = None
         self._calls: dict[int, _Call] = {}
         self._usage: Usage | None = None
+        self._broken: Error | None = None
+        """Set when the model ended a function call whose arguments are not JSON: the response fails."""
         self.finished = False
         self.error: Error | None = None
 
@@ -155,6 +160,8 @@ class ResponseRenderer:
             self._call_start(out, event)
         elif isinstance(event, ToolCallEnd):
             self._call_end(out, event.index, "completed")
+            if self._broken is not None:
+                self._fail(out, self._broken)
         elif isinstance(event, RefusalDelta):
             self._content(out, "refusal", event.text)
         elif isinstance(event, ReasoningSummaryDelta):
@@ -407,7 +414,15 @@ class ResponseRenderer:
                     return
         if call.kind != "mcp_approval":
             item["status"] = status if call.kind in ("function", "custom") else "incomplete"
+        broken = call.kind == "function" and status == "completed" and not _is_json(item["arguments"])
+        if broken:
+            log.warning("the model called %s with arguments that are not JSON: %.200r", item["name"], item["arguments"])
+            item["status"] = "incomplete"
+            self._broken = Error("server_error", f"The model called `{item['name']}` with arguments that are not "
+                                 "valid JSON.", 502)  # fmt: skip
         self._done(out, call.output_index, item)
+        if broken:
+            self._items[call.output_index] = None  # a call no client can make is not part of the answer
 
     def _tool_result(self, out: list[dict[str, Any]], result: ToolResult) -> None:
         """A server-run call's outcome completes its item (and may bring citable results)."""
@@ -447,6 +462,9 @@ class ResponseRenderer:
             return
         incomplete = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(event.reason)
         self._close_all(out, "incomplete" if incomplete else "completed")
+        if self._broken is not None:
+            self._fail(out, self._broken)
+            return
         self.finished = True
         response = self.response
         response["output"] = [item for item in self._items if item is not None]
@@ -530,6 +548,14 @@ def _custom_input(arguments: str, *, partial: bool) -> str | None:
         return None
     text = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
     return text if isinstance(text, str) else None
+
+
+def _is_json(text: str) -> bool:
+    try:
+        jiter.from_json(text.encode())
+    except ValueError:
+        return False
+    return True
 
 
 def _queries(arguments: str) -> list[str]:

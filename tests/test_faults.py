@@ -1,0 +1,237 @@
+"""Faults of the engine: every one ends the client's stream properly, is stored with the
+right status, and leaves no task, connection or file descriptor behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from responsekit.app import create_app
+from responsekit.config import Settings, UpstreamConfig
+
+from .conftest import DATABASES
+from .harness import ScriptedUpstream, check_response, check_stream, read_sse, serve, start_cli, text_exchange, wait_for
+
+STALL_TIMEOUT = 1.0
+"""The scripted engine's read timeout: a stall longer than this fails the response."""
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"t": 0, "data": {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}}  # fmt: skip
+
+
+def _started(*chunks: dict[str, Any], **script: Any) -> dict[str, Any]:
+    """A stream that has begun an answer, then `chunks`."""
+    return {"status": 200, "chunks": [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "Part of "}),
+                                      _chunk({"content": "an answer"}), *chunks], **script}  # fmt: skip
+
+
+def _bad_arguments() -> dict[str, Any]:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    pieces = [_chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}) for part in ('{"city": ', '"Par')]
+    return {"status": 200, "chunks": [_chunk({"tool_calls": [call]}), *pieces, _chunk({}, "tool_calls"),
+                                      {"t": 0, "data": "[DONE]"}]}  # fmt: skip
+
+
+def _error(status: int, message: str, kind: str = "server_error") -> dict[str, Any]:
+    return {"status": status, "error_body": json.dumps({"error": {"message": message, "type": kind}})}
+
+
+TRICKLED = "Trickled, one byte at a time: caf\u00e9 \U0001F680."
+
+FAULTS: dict[str, tuple[dict[str, Any] | None, str, str | None, int]] = {
+    # name: (the engine's script, or None for a dead engine; the response's status and error
+    # code; the HTTP status of a non-streaming answer)
+    "connection_refused": (None, "failed", "server_error", 502),
+    "dropped_mid_stream": (_started(end="drop"), "failed", "server_error", 502),
+    "stalled_past_timeout": (_started({"t": STALL_TIMEOUT * 4, "data": _chunk({"content": "late"})["data"]}),
+                             "failed", "server_error", 504),  # fmt: skip
+    "rate_limited_429": (_error(429, "Rate limit reached for requests", "rate_limit_error"), "failed",
+                         "rate_limit_exceeded", 429),  # fmt: skip
+    "engine_error_500": (_error(500, "CUDA error: out of memory"), "failed", "server_error", 502),
+    "context_overflow_400": (_error(400, "the request exceeds the available context size, try increasing it",
+                                    "exceed_context_size_error"), "failed", "context_length_exceeded", 400),  # fmt: skip
+    "malformed_sse": (_started({"t": 0, "data": '{"choices": [{"delta": {"content": "x"'}), "failed", "server_error",
+                      502),  # fmt: skip
+    "invalid_tool_arguments": (_bad_arguments(), "failed", "server_error", 502),
+    "trickle": ({**text_exchange(TRICKLED, pieces=5), "trickle": 0.0005}, "completed", None, 200),
+}
+TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]
+
+
+def _body(fault: str, **extra: Any) -> dict[str, Any]:
+    model = "dead-model" if FAULTS[fault][0] is None else "test-model"
+    return {"model": model, "input": "What is the weather?", "tools": TOOLS, **extra}
+
+
+def _push(upstream: ScriptedUpstream, fault: str) -> None:
+    script = FAULTS[fault][0]
+    if script is not None:
+        upstream.push(json.loads(json.dumps(script)))
+
+
+def _upstreams(upstream: ScriptedUpstream, dead_port: int) -> list[UpstreamConfig]:
+    return [
+        UpstreamConfig(name="scripted", base_url=upstream.url, timeout=STALL_TIMEOUT),  # type: ignore[attr-defined]
+        UpstreamConfig(name="dead", base_url=f"http://127.0.0.1:{dead_port}/v1", models=["dead-model"],
+                       connect_timeout=2),  # fmt: skip
+    ]
+
+
+@pytest.fixture
+def faulty(upstream: ScriptedUpstream, database_url: str, unused_port: int) -> Iterator[tuple[str, ScriptedUpstream]]:
+    upstream.time_scale = 1.0
+    settings = Settings(upstreams=_upstreams(upstream, unused_port), probe=False, database_url=database_url)
+    with serve(_with_task_count(create_app(settings))) as url:
+        yield f"{url}/v1", upstream
+
+
+def _with_task_count(app: Any) -> Any:
+    """The app with a route counting the tasks of its event loop (for this module only)."""
+
+    @app.get("/_tasks")
+    async def tasks() -> int:
+        return len(asyncio.all_tasks())
+
+    return app
+
+
+def _finished(base: str, response_id: str) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        response = httpx.get(f"{base}/responses/{response_id}").json()
+        return response if response["status"] not in ("queued", "in_progress") else None
+
+    return wait_for(done, timeout=20)
+
+
+def _check_outcome(response: dict[str, Any], fault: str) -> None:
+    _, status, code, _ = FAULTS[fault]
+    assert response["status"] == status
+    assert (response["error"] or {}).get("code") == code
+    if status == "completed":
+        assert response["output_text"] == TRICKLED
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_ends_the_stream_and_is_stored_with_its_status(faulty, fault):
+    base, upstream = faulty
+    _push(upstream, fault)
+    with httpx.stream("POST", f"{base}/responses", json=_body(fault, stream=True), timeout=30) as answer:
+        assert answer.status_code == 200
+        events, done = read_sse(answer.iter_lines())
+    assert done
+    streamed = check_stream(events)
+    _check_outcome(streamed, fault)
+    if streamed["status"] == "failed":
+        error = next(event for event in events if event["type"] == "error")
+        assert error["code"] == streamed["error"]["code"] and error["message"]
+    stored = httpx.get(f"{base}/responses/{streamed['id']}").json()
+    check_response(stored)
+    assert stored == streamed
+
+    _push(upstream, fault)
+    queued = httpx.post(f"{base}/responses", json=_body(fault, background=True), timeout=30).json()
+    assert queued["status"] == "queued"
+    finished = _finished(base, queued["id"])
+    check_response(finished)
+    _check_outcome(finished, fault)
+    with httpx.stream("GET", f"{base}/responses/{queued['id']}", params={"stream": "true"}, timeout=30) as replay:
+        events, done = read_sse(replay.iter_lines())
+    assert done
+    _check_outcome(check_stream(events), fault)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_in_a_non_streaming_request_is_an_error_answer(faulty, fault):
+    base, upstream = faulty
+    _push(upstream, fault)
+    answer = httpx.post(f"{base}/responses", json=_body(fault), timeout=30)
+    _, status, code, http_status = FAULTS[fault]
+    assert answer.status_code == http_status, answer.text
+    if status == "completed":
+        assert answer.json()["output_text"] == TRICKLED
+        return
+    error = answer.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    if http_status < 500:
+        assert error["code"] == code
+    _push(upstream, fault)
+    chat = httpx.post(f"{base}/chat/completions", timeout=30, json={"model": _body(fault)["model"],
+                      "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+    assert chat.status_code >= 400 or fault == "invalid_tool_arguments"  # chat passes the model's arguments on
+
+
+def _all_faults(base: str, upstream: ScriptedUpstream) -> list[str]:
+    """Every fault once streaming, once not, once in the background; returns the background ids."""
+    background = []
+    for fault in FAULTS:
+        _push(upstream, fault)
+        with httpx.stream("POST", f"{base}/responses", json=_body(fault, stream=True), timeout=30) as answer:
+            assert read_sse(answer.iter_lines())[1]
+        _push(upstream, fault)
+        httpx.post(f"{base}/responses", json=_body(fault, store=False), timeout=30)
+        _push(upstream, fault)
+        background.append(httpx.post(f"{base}/responses", json=_body(fault, background=True), timeout=30).json()["id"])
+    for response_id in background:
+        _finished(base, response_id)
+    return background
+
+
+def test_faults_leave_no_task_behind(faulty):
+    base, upstream = faulty
+    app_url = base.removesuffix("/v1")
+
+    _all_faults(base, upstream)  # warm-up: pools, lazily made objects
+    before = httpx.get(f"{app_url}/_tasks").json()
+    for _ in range(3):
+        _all_faults(base, upstream)
+    # A finished run's task ends just after its stored status changes: give it a moment.
+    wait_for(lambda: httpx.get(f"{app_url}/_tasks").json() <= before, timeout=10)
+
+
+def _open_fds(pid: int) -> dict[str, int]:
+    """The process's open file descriptors by kind (socket, pipe, file...)."""
+    kinds: dict[str, int] = {}
+    for entry in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{entry}")
+        except OSError:
+            continue
+        kind = target.split(":", 1)[0] if ":" in target else "file"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+def test_faults_leave_no_connection_or_file_descriptor_behind(upstream, unused_port, tmp_path):
+    upstream.time_scale = 1.0
+    config = tmp_path / "responsekit.toml"
+    config.write_text(
+        "probe = false\n"
+        "[[upstreams]]\n"
+        f'name = "scripted"\nbase_url = "{upstream.url}"\ntimeout = {STALL_TIMEOUT}\n'  # type: ignore[attr-defined]
+        "[[upstreams]]\n"
+        f'name = "dead"\nbase_url = "http://127.0.0.1:{unused_port}/v1"\nmodels = ["dead-model"]\nconnect_timeout = 2\n'
+    )
+    process, url = start_cli("--config", str(config))
+    try:
+        base = f"{url}/v1"
+        _all_faults(base, upstream)  # warm-up: the database, the pools, lazily made objects
+        before = _open_fds(process.pid)
+        for _ in range(3):
+            _all_faults(base, upstream)
+        after = _open_fds(process.pid)
+    finally:
+        process.terminate()
+        process.wait(20)
+    # Sockets: at most one idle keep-alive connection to the engine more than before (the
+    # pool keeps what the last request used); every faulty one was closed.
+    assert after.get("socket", 0) <= before.get("socket", 0) + 1, (before, after)
+    assert {k: v for k, v in after.items() if k != "socket"} == {k: v for k, v in before.items() if k != "socket"}
