@@ -83,3 +83,27 @@ def test_generated_requests_never_get_a_5xx(server):
                 b'{"model": "test-model", "input": "x", "metadata": {"a": Infinity}}'):  # fmt: skip
         assert client.post("/responses", content=raw).status_code == 400
     assert client.get("/models").status_code == 200, "the server is still up"
+
+
+def test_limits_hold_on_every_endpoint_that_reads_a_body(limited, upstream):
+    huge = "x" * 5000
+    deep = "[" * 30 + "]" * 30
+    for path, body in [("/chat/completions", {"model": "test-model", "messages": [{"role": "user", "content": huge}]}),
+                       ("/conversations", {"metadata": {"a": huge}}),
+                       ("/responses/compact", {"model": "test-model", "input": huge}),
+                       ("/responses/input_tokens", {"model": "test-model", "input": huge})]:  # fmt: skip
+        answer = httpx.post(f"{limited}{path}", json=body)
+        assert answer.status_code == 413 and answer.json()["error"]["code"] == "request_too_large", path
+        nested = httpx.post(f"{limited}{path}", content=f'{{"model": "test-model", "metadata": {deep}}}')
+        assert nested.status_code == 400 and nested.json()["error"]["code"] == "invalid_json", path
+    # Invalid UTF-8 inside a string, and an escaped lone surrogate (valid JSON, odd text).
+    raw = b'{"model": "test-model", "input": "caf\xe9 \xff"}'
+    assert httpx.post(f"{limited}/responses", content=raw).json()["error"]["code"] == "invalid_json"
+    upstream.push(text_exchange("fine"), text_exchange("fine"))
+    answer = httpx.post(f"{limited}/responses", content=b'{"model": "test-model", "input": "half \\ud800 pair"}')
+    assert answer.status_code == 200 and answer.json()["output_text"] == "fine"
+    assert upstream.requests[-1]["messages"][-1]["content"] == "half \ud800 pair", "passed on escaped"
+    chat = b'{"model": "test-model", "messages": [{"role": "user", "content": "\\udfff"}]}'
+    assert httpx.post(f"{limited}/chat/completions", content=chat).status_code == 200
+    count = httpx.post(f"{limited}/responses/input_tokens", content=b'{"model": "test-model", "input": "\\ud800"}')
+    assert count.status_code == 200 and count.json()["input_tokens"] > 0

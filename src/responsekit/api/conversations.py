@@ -13,7 +13,7 @@ from ..errors import APIError
 from ..ids import new_id
 from ..items import normalize_item
 from ..store import Store
-from .http import read_body
+from .http import json_body, read_body
 
 router = APIRouter()
 
@@ -38,7 +38,7 @@ def _store(request: Request) -> Store:
     return request.app.state.store
 
 
-@router.post("/conversations")
+@router.post("/conversations", openapi_extra=json_body(CreateConversation))
 async def create_conversation(request: Request, owner: Owner) -> dict[str, Any]:
     body = await read_body(request, CreateConversation)
     conversation = {"id": new_id("conv"), "object": "conversation", "created_at": int(time.time()),
@@ -52,7 +52,7 @@ async def retrieve_conversation(request: Request, conversation_id: str, owner: O
     return await _conversation(request, owner, conversation_id)
 
 
-@router.post("/conversations/{conversation_id}")
+@router.post("/conversations/{conversation_id}", openapi_extra=json_body(UpdateConversation))
 async def update_conversation(request: Request, conversation_id: str, owner: Owner) -> dict[str, Any]:
     body = await read_body(request, UpdateConversation)
     await _conversation(request, owner, conversation_id)
@@ -67,7 +67,7 @@ async def delete_conversation(request: Request, conversation_id: str, owner: Own
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
 
-@router.post("/conversations/{conversation_id}/items")
+@router.post("/conversations/{conversation_id}/items", openapi_extra=json_body(AddItems))
 async def add_items(request: Request, conversation_id: str, owner: Owner) -> dict[str, Any]:
     body = await read_body(request, AddItems)
     await _conversation(request, owner, conversation_id)

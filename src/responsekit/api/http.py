@@ -55,6 +55,30 @@ async def read_body(request: Request, model: type[Model]) -> Model:
         raise validation_error(exc) from None
 
 
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` documenting the body a route reads itself (`read_body`) as `model`.
+
+    Routes read their bodies by hand (size and depth limits, OpenAI's errors), so FastAPI
+    does not see them; this puts the model's schema, its definitions inlined, in the
+    OpenAPI document for clients and schema-driven tests.
+    """
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            reference = node.get("$ref", "")
+            if reference.startswith("#/$defs/"):
+                rest = {key: value for key, value in node.items() if key != "$ref"}
+                return inline({**definitions[reference.removeprefix("#/$defs/")], **rest})
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
+
+
 def _not_json(constant: str) -> Any:
     """NaN and Infinity are not JSON; accepted, they would be echoed into invalid JSON."""
     raise ValueError(f"{constant} is not JSON")

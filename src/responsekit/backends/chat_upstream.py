@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 
 from ..config import EngineKind, ReasoningMode, UpstreamConfig
 from ..conversation import GenerationRequest, ImagePart, Message, NamedToolChoice, TextPart
@@ -263,16 +264,20 @@ class ChatUpstream:
         try:
             if self.kind in ("vllm", "sglang"):
                 answer = await self._client.post(
-                    f"{root}/tokenize", json={"model": body["model"], "add_generation_prompt": True, **template_input}
+                    f"{root}/tokenize", content=json_body({"model": body["model"], "add_generation_prompt": True,
+                                                           **template_input}), headers=JSON_HEADERS,
                 )
                 if answer.status_code == 200 and isinstance(answer.json().get("count"), int):
                     return answer.json()["count"], True
             elif self.kind == "llamacpp":
-                rendered = await self._client.post(f"{root}/apply-template", json=template_input)
+                rendered = await self._client.post(f"{root}/apply-template", content=json_body(template_input),
+                                                   headers=JSON_HEADERS)  # fmt: skip
                 if rendered.status_code == 200:
                     tokens = await self._client.post(
                         f"{root}/tokenize",
-                        json={"content": rendered.json()["prompt"], "add_special": False, "parse_special": True},
+                        content=json_body({"content": rendered.json()["prompt"], "add_special": False,
+                                           "parse_special": True}),
+                        headers=JSON_HEADERS,
                     )
                     if tokens.status_code == 200:
                         return len(tokens.json()["tokens"]), True
@@ -297,7 +302,8 @@ class ChatUpstream:
     ) -> AsyncIterator[Event]:
         translator = ChunkTranslator(request, self.output_parsing(request.model))
         try:
-            async with self._client.stream("POST", "/chat/completions", json=body) as response:
+            async with self._client.stream("POST", "/chat/completions", content=json_body(body),
+                                           headers=JSON_HEADERS) as response:  # fmt: skip
                 if recording:
                     recording.status(response.status_code)
                 if response.status_code >= 400:
@@ -355,6 +361,17 @@ async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
 
 
 _DRAIN_SECONDS = 1.0
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def json_body(value: Any) -> bytes:
+    """A request body for the engine: UTF-8 JSON, except that text UTF-8 cannot carry (a lone
+    surrogate, which a client may send escaped) is sent escaped instead of failing the request."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 async def _read_to_end(lines: AsyncIterator[str]) -> None:

@@ -9,14 +9,24 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...auth import Owner
-from ..http import SSE_DONE, drain, event_stream, raise_for_error, read_body, rendered, sse_data, unless_disconnected
+from ..http import (
+    SSE_DONE,
+    drain,
+    event_stream,
+    json_body,
+    raise_for_error,
+    read_body,
+    rendered,
+    sse_data,
+    unless_disconnected,
+)
 from .render import ChatRenderer
 from .request import CreateChatCompletion, translate
 
 router = APIRouter()
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", openapi_extra=json_body(CreateChatCompletion))
 async def create_chat_completion(request: Request, owner: Owner) -> Response:
     body = await read_body(request, CreateChatCompletion)
     generation = translate(body)

@@ -17,7 +17,7 @@ from ...ids import new_id
 from ...items import normalize_items
 from ...orchestrator import Orchestrator
 from ...store import RUNNING, paginate
-from ..http import SSE_DONE, event_stream, raise_for_error, read_body, sse_event, unless_disconnected
+from ..http import SSE_DONE, event_stream, json_body, raise_for_error, read_body, sse_event, unless_disconnected
 from .render import usage_object
 from .request import CreateResponse
 
@@ -31,7 +31,7 @@ def orchestrator(request: Request) -> Orchestrator:
     return request.app.state.orchestrator
 
 
-@router.post("/responses")
+@router.post("/responses", openapi_extra=json_body(CreateResponse))
 async def create_response(request: Request, owner: Owner) -> Response:
     body = await read_body(request, CreateResponse)
     limit = request.app.state.settings.max_input_items
@@ -64,7 +64,7 @@ class CompactRequest(BaseModel):
     previous_response_id: str | None = None
 
 
-@router.post("/responses/compact")
+@router.post("/responses/compact", openapi_extra=json_body(CompactRequest))
 async def compact(request: Request, owner: Owner) -> dict[str, Any]:
     """The history summarized into one compaction item; sent back as input, it restores the summary."""
     body = await read_body(request, CompactRequest)
@@ -88,7 +88,7 @@ async def compact(request: Request, owner: Owner) -> dict[str, Any]:
             "output": [item], "usage": usage_object(usage)}  # fmt: skip
 
 
-@router.post("/responses/input_tokens")
+@router.post("/responses/input_tokens", openapi_extra=json_body(CreateResponse))
 async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
     """Exact when the engine can tokenize (llama.cpp, vLLM, SGLang), else an estimate marked as such."""
     body = await read_body(request, CreateResponse)
