@@ -22,7 +22,7 @@ from ..events import Error, Event
 from ..grammars import Grammar
 from ..record import Recorder, Recording
 from ..templates import ChatTemplate, TemplateError, load_template
-from .chat_upstream import ChatUpstream, sse_data, upstream_error
+from .chat_upstream import JSON_HEADERS, ChatUpstream, json_body, sse_data, upstream_error
 from .prompting import ModelPrompting, Plan, text_chunk
 
 log = logging.getLogger(__name__)
@@ -125,19 +125,25 @@ class CompletionsUpstream(ChatUpstream):
         routes = [self._tokenize_route] if self._tokenize_route else ["/tokenize", "/extras/tokenize"]
         body = {"content": prompt, "prompt": prompt, "input": prompt, "model": model,
                 "add_special": False, "add_special_tokens": False, "parse_special": True}  # fmt: skip
+        missing = 0
         for route in routes:
             try:
-                answer = await self._client.post(f"{root}{route}", json=body)
+                answer = await self._client.post(f"{root}{route}", content=json_body(body), headers=JSON_HEADERS)
+            except httpx.HTTPError:
+                continue
+            missing += answer.status_code in (404, 405)
+            try:
                 data = answer.json() if answer.status_code == 200 else None
-            except (httpx.HTTPError, ValueError):
+            except ValueError:
                 data = None
             if isinstance(data, dict):
                 count, tokens = data.get("count"), data.get("tokens")
                 if isinstance(count, int) or isinstance(tokens, list):
                     self._tokenize_route = route
                     return count if isinstance(count, int) else len(tokens)  # type: ignore[arg-type]
-        log.warning("upstream %s has no tokenize route; token counts are estimated", self.name)
-        self._tokenize_route = ""
+        if missing == len(routes):  # the engine has no such route: stop asking
+            log.warning("upstream %s has no tokenize route; token counts are estimated", self.name)
+            self._tokenize_route = ""
         return None
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
@@ -161,7 +167,8 @@ class CompletionsUpstream(ChatUpstream):
     async def _stream(self, body: dict[str, Any], plan: Plan, recording: Recording | None) -> AsyncIterator[Event]:
         translator = plan.translator
         try:
-            async with self._client.stream("POST", "/completions", json=body) as response:
+            async with self._client.stream("POST", "/completions", content=json_body(body),
+                                           headers=JSON_HEADERS) as response:  # fmt: skip
                 if recording:
                     recording.status(response.status_code)
                 if response.status_code >= 400:

@@ -62,6 +62,9 @@ class ModelPrompting:
             prompt = self.template.render_request(request)
         except TemplateError as exc:
             return Error("invalid_request_error", str(exc), 400)
+        # A lone surrogate (escaped in a request's JSON) has no UTF-8 form: it becomes "?",
+        # as no tokenizer could take it.
+        prompt = prompt.encode("utf-8", "replace").decode("utf-8")
         thinking_open = self.parser.thinking_open_in(prompt) if self.parser else False
         stops = list(dict.fromkeys([*self.template.stops, *(request.stop or ())]))
         translator = ChunkTranslator(request, OutputParsing(self.parser, thinking_open, self.reasoning_mode))
