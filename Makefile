@@ -17,7 +17,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,embeddings,llama]'
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet -e '.[test,embeddings,llama]'
 	touch $@ $(VENV)/.installed-run
 
 ## Start the server on the embedded defaults (http://127.0.0.1:8400/v1); extra flags via ARGS="…".
