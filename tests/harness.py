@@ -182,6 +182,8 @@ class ScriptedUpstream:
         self.queue: deque[dict[str, Any]] = deque()
         self.responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        """The headers of each chat request, in order."""
         self.time_scale = 0.0
         self.cancelled = 0
         self.finished = 0
@@ -215,6 +217,7 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> HTTPResponse:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append(dict(request.headers))
         script = self.queue.popleft() if self.queue else self.responder(body) if self.responder else None
         if script is None:
             return JSONResponse({"error": {"message": "the test script is exhausted"}}, status_code=500)

@@ -125,10 +125,11 @@ class Orchestrator:
         translation = translate(body, self.for_model(items), server_tools.functions)
         translation.generation.model = model
         seal = partial(self.sealer.seal, "reasoning") if "reasoning.encrypted_content" in body.include else None
+        response = initial_response(body, translation.toolset)
+        response["tools"] = _without_secrets(response["tools"])
         renderer = ResponseRenderer(
-            initial_response(body, translation.toolset), translation.toolset, seal=seal,
-            search_results="file_search_call.results" in body.include,
-        )  # fmt: skip
+            response, translation.toolset, seal=seal, search_results="file_search_call.results" in body.include
+        )
         for item in server_tools.ready_items:
             renderer.add_ready_item(item)
         prepared = Prepared(body, owner, history, inputs, renderer, upstream, translation.generation,
@@ -414,6 +415,18 @@ async def _answer_approvals(
             call.update(error={"type": "mcp_protocol_error", "code": -32000, "message": message}, status="failed")
         out.append(call)
     return out
+
+
+def _without_secrets(tools: list[Any]) -> list[Any]:
+    """The tools as the Response echoes and stores them: an MCP server's `authorization` and
+    `headers` left out. Like OpenAI, the server keeps neither (a client sends them with each
+    request), so they reach no store, no log of stored data and no later reader."""
+    return [
+        {key: value for key, value in tool.items() if key not in ("authorization", "headers")}
+        if isinstance(tool, dict) and tool.get("type") == "mcp"
+        else tool
+        for tool in tools
+    ]
 
 
 def _check_tool_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> None:

@@ -23,19 +23,25 @@ class UrlPolicy:
 
     async def check(self, url: str, param: str) -> None:
         """Refuse (400) a URL that is malformed or leads to a non-public address not allowed."""
-        parts = urlsplit(url)
+        not_http = APIError(400, f"`{url}` is not an http(s) URL.", param=param, code="invalid_url")
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # a port that is not a number in range raises here
+        except ValueError:
+            raise not_http from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise APIError(400, f"`{url}` is not an http(s) URL.", param=param, code="invalid_url")
+            raise not_http
         host = parts.hostname.lower()
         if host in self._hosts:
             return
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
         except OSError:
             raise APIError(400, f"Cannot resolve the host of `{url}`.", param=param, code="invalid_url") from None
         for info in infos:
             address = ipaddress.ip_address(info[4][0])
-            if address.is_global or any(address in network for network in self._networks):
+            public = address.is_global and not address.is_multicast
+            if public or any(address in network for network in self._networks):
                 continue
             raise APIError(
                 400,
