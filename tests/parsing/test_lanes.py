@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import fields
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from responsekit.events import Event, ReasoningDelta, TextDelta, ToolCallDelta
 from responsekit.parsing import get_parser
 from responsekit.parsing.base import StreamParser
+from responsekit.parsing.formats.qwen3_coder_xml import _VALUE_ENDS, Qwen3CoderXmlParser
 from responsekit.parsing.json_stream import JsonValueStreamer, string_split
 from responsekit.parsing.markers import MarkerScanner
+from responsekit.parsing.xml_args import escape
 
 from .parsing_support import fold, run
 
@@ -47,6 +51,52 @@ def test_string_split_is_the_streamer_in_a_string(text: str) -> None:
     emitted, end = streamer.feed(report)
     assert (emitted, end) == (report, len(report))
     assert streamer.in_string
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet='<>/\npaxrmet=fu"\\ ', min_size=1, max_size=16))
+def test_qwen_value_split_is_the_marker_split(text: str) -> None:
+    """The value lane's shortcut (no `</`, `<p` or final `<`: no marker search) gives
+    what the general marker split does."""
+    parser = get_parser("qwen3_coder_xml")([])
+    assert isinstance(parser, Qwen3CoderXmlParser)
+    parts = MarkerScanner(_VALUE_ENDS).split(text)
+    expected = None if parts is None else (escape(parts[0]), parts[1])
+    assert parser._split_value(text) == expected
+
+
+def test_lane_events_equal_constructed_ones() -> None:
+    """Lanes build events without calling their class (`base._new`): the fields they set
+    must be all the class has, and the events must equal constructed ones."""
+    assert [f.name for f in fields(TextDelta)] == ["text"]
+    assert [f.name for f in fields(ReasoningDelta)] == ["text"]
+    assert [f.name for f in fields(ToolCallDelta)] == ["index", "arguments"]
+    assert not any(
+        hasattr(cls, "__post_init__") for cls in (TextDelta, ReasoningDelta, ToolCallDelta)
+    )
+    parser = get_parser("hermes_json")([], thinking_open=True)
+    lanes: list[Event] = []
+
+    def lane(delta: str) -> None:
+        handler, parser.handler = parser.handler, _boom
+        lanes.extend(parser.feed(delta))
+        parser.handler = handler
+
+    parser.feed("so")
+    lane(" we")
+    lane(" go ")
+    parser.feed("</think>Hi")
+    lane(" you")
+    parser.feed('<tool_call>{"name": "f", "arguments": {"a": "')
+    lane("xy")
+    lane("z\\")
+    assert lanes == [
+        ReasoningDelta(" we"),
+        ReasoningDelta(" go"),
+        TextDelta(" you"),
+        ToolCallDelta(0, "xy"),
+        ToolCallDelta(0, "z"),
+    ]
 
 
 def _boom(text: str, pos: int) -> int:
