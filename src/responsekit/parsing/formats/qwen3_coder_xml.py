@@ -122,15 +122,16 @@ class Qwen3CoderXmlParser(TaggedParser):
     def _split_value(self, text: str) -> tuple[str, str] | None:
         """The fast lane of a streaming string value: its JSON text, up to a possible end.
 
-        Every value end starts with `<` or `\\n<`: without a `<`, only a final line
-        break can be one's start.
+        Every value end contains `</` or `<p`, and a cut one ends the text with `<` or
+        a line break (`</par`, `\\n<p`, `\\n`): text with neither (`a < b`, `<div`, a
+        line of code) is all value except a final line break, with no marker search.
         """
-        if "<" not in text:
-            if text[-1] == "\n":
-                return encode_basestring(text[:-1])[1:-1], "\n"
-            return encode_basestring(text)[1:-1], ""
-        parts = self._value_end.split(text)
-        return None if parts is None else (escape(parts[0]), parts[1])
+        if "<" in text and ("</" in text or "<p" in text or text[-1] == "<"):
+            parts = self._value_end.split(text)
+            return None if parts is None else (escape(parts[0]), parts[1])
+        if text[-1] == "\n":
+            return encode_basestring(text[:-1])[1:-1], "\n"
+        return encode_basestring(text)[1:-1], ""
 
     def _end_call(self) -> None:
         self.out.args(self._args.close())
