@@ -23,7 +23,7 @@ from .api.responses.render import ResponseRenderer
 from .api.responses.request import CreateResponse, initial_response, translate
 from .api.responses.tools import ToolSet
 from .assist import compaction_summary, summarize_reasoning
-from .backends.chat_upstream import ChatUpstream
+from .backends import Backend
 from .backends.router import ModelRouter
 from .conversation import GenerationRequest, Message, TextPart, ToolCall
 from .errors import APIError
@@ -66,7 +66,7 @@ class Prepared:
     inputs: list[dict[str, Any]]
     """The new input items, normalized (with ids), as they are stored."""
     renderer: ResponseRenderer
-    upstream: ChatUpstream
+    upstream: Backend
     generation: GenerationRequest
     toolset: ToolSet
     server_tools: ServerTools
