@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -235,3 +237,55 @@ def test_faults_leave_no_connection_or_file_descriptor_behind(upstream, unused_p
     # pool keeps what the last request used); every faulty one was closed.
     assert after.get("socket", 0) <= before.get("socket", 0) + 1, (before, after)
     assert {k: v for k, v in after.items() if k != "socket"} == {k: v for k, v in before.items() if k != "socket"}
+
+
+class ClosingEngine:
+    """An engine on a raw socket: it reads each request, closes the first `closes` connections
+    without a word, and answers the others with a short stream."""
+
+    def __init__(self, closes: int) -> None:
+        self.closes = closes
+        self.requests = 0
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        body = "".join(f"data: {json.dumps(chunk['data']) if not isinstance(chunk['data'], str) else chunk['data']}\n\n"
+                       for chunk in text_exchange("Answered on a new connection.")["chunks"]).encode()  # fmt: skip
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return
+            with connection:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += connection.recv(65536)
+                if not head.startswith(b"POST /v1/chat/completions "):
+                    connection.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    continue
+                self.requests += 1
+                if self.closes > 0:
+                    self.closes -= 1
+                    continue
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+                                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+@pytest.mark.parametrize(("closes", "status"), [(1, "completed"), (5, "failed")])
+def test_a_connection_closed_before_any_answer_is_tried_once_more(closes, status):
+    engine = ClosingEngine(closes)
+    settings = Settings(upstreams=[UpstreamConfig(name="closing", base_url=engine.url, models=["m"])], probe=False)
+    try:
+        with serve(create_app(settings)) as url:
+            with httpx.stream("POST", f"{url}/v1/responses", json={"model": "m", "input": "x", "stream": True}) as r:
+                response = check_stream(read_sse(r.iter_lines())[0])
+    finally:
+        engine.close()
+    assert response["status"] == status and engine.requests == 2
+    if status == "completed":
+        assert response["output_text"] == "Answered on a new connection."

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterable
-from contextlib import aclosing, suppress
+from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -157,7 +157,9 @@ class ChatUpstream:
             base_url=config.base_url,
             headers=headers,
             timeout=httpx.Timeout(config.timeout, connect=config.connect_timeout),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
+            limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_EXPIRY
+            ),
         )
 
     @property
@@ -297,13 +299,32 @@ class ChatUpstream:
             if recording is not None:
                 await recording.save()
 
+    @asynccontextmanager
+    async def _posted(self, path: str, content: bytes) -> AsyncIterator[httpx.Response]:
+        """The engine's streamed answer to a POST, sent a second time if the connection broke
+        before any answer came — as when the engine closes a kept-alive connection just as it
+        is reused (then it never read the request)."""
+        for attempt in range(2):
+            request = self._client.build_request("POST", path, content=content, headers=JSON_HEADERS)
+            try:
+                response = await self._client.send(request, stream=True)
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                if attempt:
+                    raise
+                log.debug("upstream %s closed a connection before answering (%r); sending again", self.name, exc)
+                continue
+            break
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
     async def _exchange(
         self, body: dict[str, Any], recording: Recording | None, request: GenerationRequest
     ) -> AsyncIterator[Event]:
         translator = ChunkTranslator(request, self.output_parsing(request.model))
         try:
-            async with self._client.stream("POST", "/chat/completions", content=json_body(body),
-                                           headers=JSON_HEADERS) as response:  # fmt: skip
+            async with self._posted("/chat/completions", json_body(body)) as response:
                 if recording:
                     recording.status(response.status_code)
                 if response.status_code >= 400:
@@ -361,6 +382,11 @@ async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
 
 
 _DRAIN_SECONDS = 1.0
+
+KEEPALIVE_EXPIRY = 4.0
+"""Seconds an idle connection to an engine is kept: less than the 5 s after which uvicorn
+(vLLM, SGLang) and cpp-httplib (llama.cpp) close one, so that a request is not sent on a
+connection the engine is closing."""
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
