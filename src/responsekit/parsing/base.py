@@ -85,7 +85,9 @@ class StreamParser(Parser):
     """A parser run by handlers: the current one consumes text until its state changes.
 
     Subclasses set `self.handler` in `__init__` and implement `_finish`; events go
-    through `self.out`, which coalesces them per `feed()`.
+    through `self.out`, which coalesces them per `feed()`.  A handler that neither
+    consumes input nor changes state would be called forever: `feed()` catches it
+    (`_stalled`) rather than spin.
 
     Fed token by token, almost every delta changes nothing but the output (prose, a
     string value), and running the handlers for each costs far more than scanning it.
