@@ -6,7 +6,7 @@ ARGS ?=
 # The state tests run on SQLite and on this PostgreSQL (see .ci/run for starting it).
 export RESPONSEKIT_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test clean
+.PHONY: run test bench bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,26 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 ## Install everything the tests need and run them all.
 test: $(VENV)/.installed-test tests/js/node_modules/.installed
 	$(BIN)/python -m pytest -q
+
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet -e '.[bench,embeddings,llama]'
+	touch $@ $(VENV)/.installed-run
+
+## Run the benchmarks (bench/*.py) and print their tables; results are recorded in bench/RESULTS.md.
+## The gateway benchmark includes LiteLLM and llama-stack when `make bench-peers` installed them.
+## One or some: make bench BENCHES=gateway
+BENCHES ?= gateway state parsers vector_search engine
+bench: $(VENV)/.installed-bench
+	cd bench && for b in $(BENCHES); do ../$(BIN)/python $$b.py || exit 1; done
+
+## Install the peers the gateway benchmark compares with, each in its own venv under bench/.peers/.
+PEER_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python) python3.12)
+bench-peers:
+	python3 -m venv bench/.peers/litellm
+	bench/.peers/litellm/bin/pip install --quiet 'litellm[proxy]!=1.107.0'
+	$(PEER_PYTHON) -m venv bench/.peers/llama-stack
+	bench/.peers/llama-stack/bin/pip install --quiet llama-stack 'mcp<2' chardet sqlite-vec aiosqlite \
+		'sqlalchemy[asyncio]' numpy pypdf tiktoken
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache tests/js/node_modules

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import datetime
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -235,16 +236,16 @@ def table(gateways: list[Gateway], tokens: int) -> str:
                 if cell is None:
                     continue
                 p50, p99 = cell.first_token(0.5), cell.first_token(0.99)
-                added = gateway is not direct
+                if gateway is direct:
+                    added = "| — | — "
+                else:
+                    added = f"| {p50 - base.first_token(0.5):.2f} | {p99 - base.first_token(0.99):.2f} "
                 cpu = f"{cell.cpu / (cell.completed * tokens) * 1e6:.1f}" if cell.cpu is not None and cell.completed else "—"
+                rss = f"{cell.rss / 2**20:.0f}" if cell.rss else "—"
                 rows.append(
                     f"| {gateway.name} | {'yes' if stream else 'no'} | {concurrency} | {cell.rate:.0f} "
-                    f"| {cell.rate / base.rate:.2f} | {cell.errors} | {p50:.2f} | {p99:.2f} "
-                    f"| {p50 - base.first_token(0.5):.2f} | {p99 - base.first_token(0.99):.2f} | {cpu} "
-                    f"| {cell.rss / 2**20:.0f} |" if added else
-                    f"| {gateway.name} | {'yes' if stream else 'no'} | {concurrency} | {cell.rate:.0f} | 1.00 "
-                    f"| {cell.errors} | {p50:.2f} | {p99:.2f} | — | — | — | — |"
-                )  # fmt: skip
+                    f"| {cell.rate / base.rate:.2f} | {cell.errors} | {p50:.2f} | {p99:.2f} {added}| {cpu} | {rss} |"
+                )
     return "\n".join(rows)
 
 
@@ -277,15 +278,15 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
 # --- the run ---------------------------------------------------------------------------
 
 
-def start_gateways(stack: ExitStack, engine_url: str, data: Path, peers: bool) -> list[Gateway]:
+def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url: str, data: Path,
+                   peers: bool) -> list[Gateway]:  # fmt: skip
     engine_port = int(engine_url.rsplit(":", 1)[1].split("/")[0])
-    gateways = [Gateway("direct (engine)", chat_target(engine_port, MODEL), b"[DONE]", None)]
-
+    gateways = [Gateway("direct (engine)", chat_target(engine_port, MODEL), b"[DONE]", engine.pid)]
+    hold = f"{MODEL}-hold"
     port = free_port()
     command = [sys.executable, "-m", "responsekit", "serve", "--upstream", f"bench={engine_url}", "--no-probe",
                "--port", str(port), "--data-dir", str(data / "responsekit")]  # fmt: skip
     rk = stack.enter_context(service("responsekit", command, f"http://127.0.0.1:{port}/health"))
-    hold = f"{MODEL}-hold"
     gateways += [
         Gateway("ResponseKit /v1/responses", responses_target(port, MODEL), b"response.completed", rk.pid, hold),
         Gateway("ResponseKit /v1/responses store", responses_target(port, MODEL, store=True), b"response.completed",
@@ -312,7 +313,7 @@ def start_gateways(stack: ExitStack, engine_url: str, data: Path, peers: bool) -
         gateways.append(Gateway("LiteLLM /v1/responses (bridge)", responses_target(port, MODEL, auth),
                                 b"response.completed", process.pid, hold))  # fmt: skip
     else:
-        print(f"LiteLLM is not installed; to include it: {INSTALL['litellm']}", file=sys.stderr)
+        print(f"LiteLLM is not installed; to include it: make bench-peers, or {INSTALL['litellm']}", file=sys.stderr)
 
     stack_cli = PEERS / "llama-stack" / "bin" / "llama"
     if stack_cli.exists():
@@ -325,7 +326,8 @@ def start_gateways(stack: ExitStack, engine_url: str, data: Path, peers: bool) -
         gateways.append(Gateway("llama-stack /v1/responses", responses_target(port, f"vllm/{MODEL}"),
                                 b"response.completed", process.pid, f"vllm/{hold}"))  # fmt: skip
     else:
-        print(f"llama-stack is not installed; to include it: {INSTALL['llama-stack']}", file=sys.stderr)
+        print(f"llama-stack is not installed; to include it: make bench-peers, or {INSTALL['llama-stack']}",
+              file=sys.stderr)
     return gateways
 
 
@@ -388,9 +390,10 @@ async def benchmark(args: argparse.Namespace) -> None:
         data = Path(tmp)
         engine_port = free_port()
         engine_url = f"http://127.0.0.1:{engine_port}/v1"
-        stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port", str(engine_port),
-                                               "--tokens", str(args.tokens)], f"{engine_url}/models"))  # fmt: skip
-        gateways = start_gateways(stack, engine_url, data, not args.no_peers)
+        engine = stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port",
+                                                        str(engine_port), "--tokens", str(args.tokens)],
+                                             f"{engine_url}/models"))  # fmt: skip
+        gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers)
         started = time.monotonic()
         for stream in (True, False):
             for concurrency in args.concurrency:
@@ -419,7 +422,9 @@ def report(args: argparse.Namespace, gateways: list[Gateway], held: list[tuple[s
         f"`.venv/bin/python bench/gateway.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
         f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
         f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine; "
-        f"{minutes:.1f} minutes.",
+        f"{minutes:.1f} minutes. \"first token\" is the time from sending the request to receiving "
+        "the first word (non-streaming: the whole answer); \"added\" is its difference from the direct row "
+        "at the same concurrency; CPU and RSS are the gateway's process tree (on the direct row, the engine's).",
         "",
         table(gateways, args.tokens),
     ]
@@ -447,6 +452,7 @@ def main() -> None:
     parser.add_argument("--open-streams", type=int, default=1000, help="streams held open at once (0: skip)")
     parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the started processes on the way out
     uvloop.run(benchmark(args))
 
 

@@ -55,7 +55,8 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._done: asyncio.Future[None] | None = None
-        self.closed = asyncio.get_running_loop().create_future()
+        self.dead = False
+        """Closed, or closing: the next request needs a new connection."""
         self.first = 0.0
         self._tail = b""
         self.body: list[bytes] = []
@@ -70,8 +71,7 @@ class _Connection(asyncio.Protocol):
             self._fail(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
+        self.dead = True
         self._fail(ConnectionError("connection closed"))
 
     def _fail(self, exc: Exception) -> None:
@@ -101,6 +101,7 @@ class _Connection(asyncio.Protocol):
         await self._done
 
     def close(self) -> None:
+        self.dead = True
         if self._transport is not None:
             self._transport.close()
 
@@ -111,11 +112,16 @@ async def connect(target: Target) -> _Connection:
     return protocol
 
 
+REQUEST_TIMEOUT = 120.0
+"""Seconds an answer may take before it counts as an error (and its connection is dropped)."""
+
+
 async def one(connection: _Connection, target: Target, raw: bytes) -> Sample:
     start = time.perf_counter()
     try:
-        await connection.exchange(raw)
-    except ConnectionError:
+        await asyncio.wait_for(connection.exchange(raw), REQUEST_TIMEOUT)
+    except (ConnectionError, TimeoutError):
+        connection.close()
         return Sample(start, start, time.perf_counter(), False)
     end = time.perf_counter()
     body = b"".join(connection.body)
@@ -144,7 +150,7 @@ async def run(target: Target, concurrency: int, stream: bool, seconds: float,
                 completed += sample.ok
                 if measure_from <= sample.end <= stop_at:
                     samples.append(sample)
-                if connection.closed.done():
+                if connection.dead:
                     connection = await connect(target)
         finally:
             connection.close()

@@ -107,3 +107,13 @@ def test_limits_hold_on_every_endpoint_that_reads_a_body(limited, upstream):
     assert httpx.post(f"{limited}/chat/completions", content=chat).status_code == 200
     count = httpx.post(f"{limited}/responses/input_tokens", content=b'{"model": "test-model", "input": "\\ud800"}')
     assert count.status_code == 200 and count.json()["input_tokens"] > 0
+
+
+def test_malformed_mcp_tools_are_400s(server):
+    for tool in ({"type": "mcp"}, {"type": "mcp", "server_label": 3, "server_url": "https://example.com/mcp"},
+                 {"type": "mcp", "server_label": "x", "server_url": "https://example.com/mcp", "headers": ["a"]},
+                 {"type": "mcp", "server_label": "x", "server_url": "https://example.com/mcp", "authorization": {}},
+                 {"type": "mcp", "server_label": "x"}, {"type": "mcp", "server_label": "x", "server_url": 5}):  # fmt: skip
+        answer = httpx.post(f"{server.base_url}/responses", json={"model": "test-model", "input": "x", "tools": [tool]})
+        assert answer.status_code == 400, (tool, answer.text)
+    assert server.upstream.requests == []

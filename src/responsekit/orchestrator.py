@@ -114,7 +114,7 @@ class Orchestrator:
             _check_tool_outputs(history, inputs)
         upstream, model = await self.router.resolve(body.model)
         server_tools = ServerTools()
-        mcp_specs = [tool for tool in body.tools if isinstance(tool, dict) and tool.get("type") == "mcp"]
+        mcp_specs = _mcp_specs(body.tools)
         servers = await add_mcp_servers(server_tools, mcp_specs, history, self.urls) if mcp_specs else {}
         searches = [(i, tool) for i, tool in enumerate(body.tools) if isinstance(tool, dict)
                     and tool.get("type") == "file_search"]  # fmt: skip
@@ -415,6 +415,26 @@ async def _answer_approvals(
             call.update(error={"type": "mcp_protocol_error", "code": -32000, "message": message}, status="failed")
         out.append(call)
     return out
+
+
+def _mcp_specs(tools: list[Any]) -> list[dict[str, Any]]:
+    """The request's `mcp` tools, refused (400) when a key the server reads has the wrong shape."""
+    specs = []
+    for position, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "mcp":
+            continue
+        label, headers = tool.get("server_label"), tool.get("headers")
+        if not isinstance(label, str) or not label:
+            raise APIError(400, "An mcp tool needs a `server_label`.", param=f"tools[{position}].server_label",
+                           code="invalid_value")  # fmt: skip
+        if headers is not None and not isinstance(headers, dict):
+            raise APIError(400, "`headers` must be an object of strings.", param=f"tools[{position}].headers",
+                           code="invalid_type")  # fmt: skip
+        if not isinstance(tool.get("authorization") or "", str):
+            raise APIError(400, "`authorization` must be a string.", param=f"tools[{position}].authorization",
+                           code="invalid_type")  # fmt: skip
+        specs.append(tool)
+    return specs
 
 
 def _without_secrets(tools: list[Any]) -> list[Any]:

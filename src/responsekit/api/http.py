@@ -225,7 +225,6 @@ class EventStreamResponse(StreamingResponse):
         self._frames = frames
 
     async def stream_response(self, send: Any) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         batch: list[bytes] = []
         size = 0
         finished = failed = False
@@ -250,6 +249,7 @@ class EventStreamResponse(StreamingResponse):
                 ready.set()
 
         producer = asyncio.create_task(produce())
+        started = False
         try:
             while True:
                 if not batch and not finished:
@@ -262,6 +262,12 @@ class EventStreamResponse(StreamingResponse):
                 room.set()
                 last = done and not failed
                 if body or last:
+                    if not started:
+                        # Started once the producer waits for the engine: the start (and its
+                        # access-log line) costs the client no time the engine was not taking.
+                        await send({"type": "http.response.start", "status": self.status_code,
+                                    "headers": self.raw_headers})  # fmt: skip
+                        started = True
                     await send({"type": "http.response.body", "body": body, "more_body": not last})
                 if done:
                     break
