@@ -291,7 +291,7 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
         Gateway("ResponseKit /v1/responses", responses_target(port, MODEL), b"response.completed", rk.pid, hold),
         Gateway("ResponseKit /v1/responses store", responses_target(port, MODEL, store=True), b"response.completed",
                 rk.pid),
-        Gateway("ResponseKit /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", rk.pid, hold),
+        Gateway("ResponseKit /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", rk.pid),
     ]  # fmt: skip
     if not peers:
         return gateways
@@ -395,6 +395,7 @@ async def benchmark(args: argparse.Namespace) -> None:
                                              f"{engine_url}/models"))  # fmt: skip
         gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers)
         started = time.monotonic()
+        args.load_before = os.getloadavg()[0]
         for stream in (True, False):
             for concurrency in args.concurrency:
                 for gateway in gateways:
@@ -409,6 +410,7 @@ async def benchmark(args: argparse.Namespace) -> None:
                     held.append((gateway.name, await open_streams(gateway, args.open_streams)))
                     print(f"{gateway.name}: {held[-1][1]}", file=sys.stderr, flush=True)
         minutes = (time.monotonic() - started) / 60
+        args.load_after = os.getloadavg()[0]
         plot(gateways, True, HERE / "gateway-stream.png")
         plot(gateways, False, HERE / "gateway-nonstream.png")
     print(report(args, gateways, held, minutes))
@@ -422,7 +424,8 @@ def report(args: argparse.Namespace, gateways: list[Gateway], held: list[tuple[s
         f"`.venv/bin/python bench/gateway.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
         f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
         f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine; "
-        f"{minutes:.1f} minutes. \"first token\" is the time from sending the request to receiving "
+        f"{minutes:.1f} minutes, load average {args.load_before:.2f} before and {args.load_after:.2f} after "
+        "(the machine is shared with other work). \"first token\" is the time from sending the request to receiving "
         "the first word (non-streaming: the whole answer); \"added\" is its difference from the direct row "
         "at the same concurrency; CPU and RSS are the gateway's process tree (on the direct row, the engine's).",
         "",
