@@ -7,7 +7,8 @@
 The `string` attribute types each value: `"true"` means raw text (not escaped, streamed
 as a JSON string), `"false"` means JSON (held until complete, then parsed; text that is
 not JSON stays a string).  Without the attribute the tool schema decides.  The thinking
-prompt ends with `<think>` (also after tool results, as `\\n\\n<think>`).
+prompt ends with `<think>` (also after tool results, as `\\n\\n<think>`).  An invoke
+outside a function_calls block is read as a call too.
 """
 
 from __future__ import annotations
@@ -16,19 +17,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from responsekit.parsing.base import Handler
-from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.registry import register
 from responsekit.parsing.schema import STRING, ToolSchemas, ValueType
-from responsekit.parsing.tagged import TaggedParser
-from responsekit.parsing.xml_args import ArgsWriter
+from responsekit.parsing.xml_calls import XmlCallParser
 
 _SECTION = "<｜DSML｜function_calls>"
-_SECTION_END = "</｜DSML｜function_calls>"
 _INVOKE = "<｜DSML｜invoke"
-_INVOKE_END = "</｜DSML｜invoke>"
-_PARAM = "<｜DSML｜parameter"
-_PARAM_END = "</｜DSML｜parameter>"
 _NAME = re.compile(r"""\bname\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""")
 _STRING = re.compile(r"""\bstring\s*=\s*["']?(true|false)""", re.IGNORECASE)
 _JSON = ValueType(("integer", "number", "boolean", "object", "array"))
@@ -56,88 +50,31 @@ class _AttributeTypes(ToolSchemas):
 
 
 @register
-class DeepSeekV32DsmlParser(TaggedParser):
+class DeepSeekV32DsmlParser(XmlCallParser):
     """`<think>` reasoning, content, then a `<｜DSML｜function_calls>` block."""
 
     name = "deepseek_v3_2_dsml"
     stop_tokens = ("<｜end▁of▁sentence｜>",)
     call_markers = (_SECTION, _INVOKE)
+    block_close = "</｜DSML｜function_calls>"
+    function_open = _INVOKE
+    function_close = "</｜DSML｜invoke>"
+    param_open = "<｜DSML｜parameter"
+    param_close = "</｜DSML｜parameter>"
+    trim_newlines = False
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] = (), *, thinking_open: bool = False
     ) -> None:
         super().__init__(tools, thinking_open=thinking_open)
-        self._block = MarkerScanner((_INVOKE, _SECTION_END))
-        self._tag_end = MarkerScanner((">",))
-        self._params = MarkerScanner((_PARAM, _INVOKE_END, _SECTION_END))
-        self._value_end = MarkerScanner((_PARAM_END,))
-        self._header: list[str] = []
-        self._types = _AttributeTypes(self.schemas)
-        self._args = ArgsWriter(self._types, "")
-        self._bare = False  # an invoke outside a function_calls block
+        self._attribute_types = _AttributeTypes(self.schemas)
+        self._types = self._attribute_types
 
-    def _call_handler(self, marker: str) -> Handler:
-        self._bare = marker == _INVOKE
-        if self._bare:
-            self._header.clear()
-            return self._invoke_header
-        return self._block_body
+    def _call_name(self, header: str) -> str:
+        return _name(header)
 
-    def _block_body(self, text: str, pos: int) -> int:
-        """Inside the function_calls block, between invokes."""
-        _, marker, pos = self._block.scan(text, pos)
-        if marker == _INVOKE:
-            self._header.clear()
-            self.handler = self._invoke_header
-        elif marker:
-            self.resume()
-        return pos
-
-    def _invoke_header(self, text: str, pos: int) -> int:
-        plain, marker, pos = self._tag_end.scan(text, pos)
-        self._header.append(plain)
-        if marker:
-            name = _name("".join(self._header))
-            self.out.start_call(name)
-            self._args = ArgsWriter(self._types, name)
-            self.out.args(self._args.open())
-            self.handler = self._parameters
-        return pos
-
-    def _parameters(self, text: str, pos: int) -> int:
-        _, marker, pos = self._params.scan(text, pos)
-        if marker == _PARAM:
-            self._header.clear()
-            self.handler = self._parameter_header
-        elif marker:
-            self.out.args(self._args.close())
-            self.out.end_call()
-            if marker == _SECTION_END or self._bare:
-                self.resume()
-            else:
-                self.handler = self._block_body
-        return pos
-
-    def _parameter_header(self, text: str, pos: int) -> int:
-        plain, marker, pos = self._tag_end.scan(text, pos)
-        self._header.append(plain)
-        if marker:
-            header = "".join(self._header)
-            string = _STRING.search(header)
-            self._types.string = string.group(1).lower() == "true" if string else None
-            self.out.args(self._args.begin(_name(header)))
-            self.handler = self._value
-        return pos
-
-    def _value(self, text: str, pos: int) -> int:
-        plain, marker, pos = self._value_end.scan(text, pos)
-        self.out.args(self._args.value(plain))
-        if marker:
-            self.out.args(self._args.end())
-            self.handler = self._parameters
-        return pos
-
-    def _finish_call(self) -> None:
-        if self.out.open_call is not None:
-            self._value_end.reset()  # a held `</｜DSML｜para…` is the cut end marker
-            self.out.args(self._args.close())
+    def _param_name(self, header: str) -> str:
+        """The name attribute; the `string` attribute types the value that follows."""
+        string = _STRING.search(header)
+        self._attribute_types.string = string.group(1).lower() == "true" if string else None
+        return _name(header)
