@@ -19,37 +19,31 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from responsekit.parsing.base import Handler
-from responsekit.parsing.json_stream import JsonValueStreamer
+from responsekit.parsing.call_sections import CallSectionParser
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.registry import register
-from responsekit.parsing.tagged import TaggedParser
 
 _SECTION_BEGIN = "<｜tool▁calls▁begin｜>"
 _CALL_BEGIN = "<｜tool▁call▁begin｜>"
-_SEP = "<｜tool▁sep｜>"
-_CALL_END = "<｜tool▁call▁end｜>"
-_SECTION_END = "<｜tool▁calls▁end｜>"
 
 
 @register
-class DeepSeekV31Parser(TaggedParser):
+class DeepSeekV31Parser(CallSectionParser):
     """`<think>` reasoning, content, then the `NAME<｜tool▁sep｜>{json}` call section."""
 
     name = "deepseek_v3_1"
     stop_tokens = ("<｜end▁of▁sentence｜>",)
     call_markers = (_SECTION_BEGIN, _CALL_BEGIN)
     calls_in_reasoning = True  # held until decided, see the module docstring
+    call_begin = _CALL_BEGIN
+    args_begin = "<｜tool▁sep｜>"
+    call_end = "<｜tool▁call▁end｜>"
+    section_ends = ("<｜tool▁calls▁end｜>",)
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] = (), *, thinking_open: bool = False
     ) -> None:
         super().__init__(tools, thinking_open=thinking_open)
-        self._section = MarkerScanner((_CALL_BEGIN, _SECTION_END))
-        self._name_end = MarkerScanner((_SEP, _CALL_END, _SECTION_END))
-        self._tail = MarkerScanner((_CALL_END, _CALL_BEGIN, _SECTION_END))
-        self._name: list[str] = []
-        self._json = JsonValueStreamer()
-        self._bare = False  # a call begun without the section marker
         self._think_end = MarkerScanner((self.reasoning_close,))
         self._held: list[str] = []
         self._held_marker = ""
@@ -58,64 +52,7 @@ class DeepSeekV31Parser(TaggedParser):
         if self._resume == self._reasoning:
             self._held_marker = marker
             return self._undecided
-        return self._section_handler(marker)
-
-    def _section_handler(self, marker: str) -> Handler:
-        self._bare = marker == _CALL_BEGIN
-        if self._bare:
-            self._name.clear()
-            return self._call_name
-        return self._in_section
-
-    def _in_section(self, text: str, pos: int) -> int:
-        """Between calls: wait for the next call or the end of the section."""
-        _, marker, pos = self._section.scan(text, pos)
-        if marker == _CALL_BEGIN:
-            self._name.clear()
-            self.handler = self._call_name
-        elif marker:
-            self.resume()
-        return pos
-
-    def _call_name(self, text: str, pos: int) -> int:
-        plain, marker, pos = self._name_end.scan(text, pos)
-        self._name.append(plain)
-        if marker == _SEP:
-            self.out.start_call("".join(self._name).strip())
-            self._json = JsonValueStreamer()
-            self.handler = self._arguments
-        elif marker:  # no separator: not a call
-            self._after_call(marker)
-        return pos
-
-    def _arguments(self, text: str, pos: int) -> int:
-        emitted, pos = self._json.feed(text, pos)
-        self.out.args(emitted)
-        if self._json.done or self._json.failed:
-            self.out.args(self._json.close())
-            self.out.end_call()
-            self.handler = self._call_tail
-        return pos
-
-    def _call_tail(self, text: str, pos: int) -> int:
-        """After the arguments: `<｜tool▁call▁end｜>` (anything else up to it is dropped)."""
-        _, marker, pos = self._tail.scan(text, pos)
-        if marker == _CALL_BEGIN:  # `<｜tool▁call▁end｜>` was left out
-            self._name.clear()
-            self.handler = self._call_name
-        elif marker:
-            self._after_call(marker)
-        return pos
-
-    def _after_call(self, marker: str) -> None:
-        if marker == _SECTION_END or self._bare:
-            self.resume()
-        else:
-            self.handler = self._in_section
-
-    def _finish_call(self) -> None:
-        if self.handler == self._arguments:
-            self.out.args(self._json.close())
+        return super()._call_handler(marker)
 
     def _undecided(self, text: str, pos: int) -> int:
         """A call section inside reasoning, held until `</think>` shows it was reasoning."""
@@ -132,6 +69,6 @@ class DeepSeekV31Parser(TaggedParser):
             held = "".join(self._held) + self._think_end.flush()
             self._held.clear()
             self._resume = self._content
-            self.handler = self._section_handler(self._held_marker)
+            self.handler = super()._call_handler(self._held_marker)
             self._replay(held)
         super()._finish()
