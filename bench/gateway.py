@@ -9,9 +9,9 @@ proxy (`/v1/responses` in `use_chat_completions_api` bridge mode) and llama-stac
 `/v1/responses`. All run at once and the targets take turns cell by cell, so a change in
 the machine's background load falls on all of them alike.
 
-Measured per cell: requests/s; time to first token (the first event carrying the first
-word; for a non-streaming answer the whole answer) p50/p99 and what a gateway adds to the
-direct figures; the gateway's CPU seconds per million streamed tokens (its whole process
+Measured per cell: requests/s; time to the first event (the first bytes of the body) and
+to the first token (the first word; for a non-streaming answer both are the whole answer),
+p50/p99, and what a gateway adds to the direct figures; the gateway's CPU seconds per million streamed tokens (its whole process
 tree); its resident memory. Then 1,000 streams are held open through each gateway (the
 engine sends one token and waits) and its memory per open stream is measured.
 
@@ -174,10 +174,17 @@ class Cell:
         return len(self.ok) / self.seconds if self.seconds else 0.0
 
     def first_token(self, quantile: float) -> float:
-        values = sorted((s.first - s.start) * 1000 for s in self.ok)
-        if not values:
-            return float("nan")
-        return values[min(len(values) - 1, int(quantile * len(values)))]
+        return _quantile([(s.first - s.start) * 1000 for s in self.ok], quantile)
+
+    def first_event(self, quantile: float) -> float:
+        return _quantile([(s.head - s.start) * 1000 for s in self.ok], quantile)
+
+
+def _quantile(values: list[float], quantile: float) -> float:
+    if not values:
+        return float("nan")
+    values.sort()
+    return values[min(len(values) - 1, int(quantile * len(values)))]
 
 
 def responses_target(port: int, model: str, headers: dict[str, str] | None = None, store: bool = False) -> Target:
@@ -225,8 +232,8 @@ async def open_streams(gateway: Gateway, count: int) -> tuple[int, int] | str:
 
 def table(gateways: list[Gateway], tokens: int) -> str:
     direct = gateways[0]
-    rows = ["| target | stream | C | req/s | × direct | errors | first token p50 ms | p99 ms | added p50 ms "
-            "| added p99 ms | CPU s / M tokens | RSS MiB |",
+    rows = ["| target | stream | C | req/s | × direct | errors | first event p50 / p99 ms | added | "
+            "first token p50 / p99 ms | added | CPU s / M tokens | RSS MiB |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for stream in (True, False):
         for concurrency in sorted({c for g in gateways for (_, c) in g.cells}):
@@ -235,16 +242,19 @@ def table(gateways: list[Gateway], tokens: int) -> str:
                 cell = gateway.cells.get((stream, concurrency))
                 if cell is None:
                     continue
-                p50, p99 = cell.first_token(0.5), cell.first_token(0.99)
-                if gateway is direct:
-                    added = "| — | — "
-                else:
-                    added = f"| {p50 - base.first_token(0.5):.2f} | {p99 - base.first_token(0.99):.2f} "
+                latency = ""
+                for measure in (Cell.first_event, Cell.first_token):
+                    p50, p99 = measure(cell, 0.5), measure(cell, 0.99)
+                    latency += f"| {p50:.2f} / {p99:.2f} "
+                    if gateway is direct:
+                        latency += "| — "
+                    else:
+                        latency += f"| {p50 - measure(base, 0.5):.2f} / {p99 - measure(base, 0.99):.2f} "
                 cpu = f"{cell.cpu / (cell.completed * tokens) * 1e6:.1f}" if cell.cpu is not None and cell.completed else "—"
                 rss = f"{cell.rss / 2**20:.0f}" if cell.rss else "—"
                 rows.append(
                     f"| {gateway.name} | {'yes' if stream else 'no'} | {concurrency} | {cell.rate:.0f} "
-                    f"| {cell.rate / base.rate:.2f} | {cell.errors} | {p50:.2f} | {p99:.2f} {added}| {cpu} | {rss} |"
+                    f"| {cell.rate / base.rate:.2f} | {cell.errors} {latency}| {cpu} | {rss} |"
                 )
     return "\n".join(rows)
 
@@ -256,7 +266,7 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     levels = sorted({c for g in gateways for (s, c) in g.cells if s == stream})
-    figure, axes = plt.subplots(1, len(levels), figsize=(5 * len(levels), 4), sharey=True)
+    figure, axes = plt.subplots(1, len(levels), figsize=(5 * len(levels), 4.5), sharey=True)
     for axis, concurrency in zip(axes, levels):
         for gateway in gateways:
             cell = gateway.cells.get((stream, concurrency))
@@ -269,9 +279,10 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
         axis.set_xlabel("time to first token, ms" if stream else "time to the answer, ms")
         axis.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("fraction of requests")
-    axes[-1].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
     figure.suptitle(f"{'Streaming' if stream else 'Non-streaming'}: latency distribution per target")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
     figure.savefig(path, dpi=110)
 
 
@@ -402,7 +413,7 @@ async def benchmark(args: argparse.Namespace) -> None:
                     cell = await measure(gateway, concurrency, stream, args.seconds, args.warmup, args.tokens)
                     gateway.cells[(stream, concurrency)] = cell
                     print(f"{gateway.name:36} stream={stream!s:5} C={concurrency:<3} {cell.rate:7.0f} req/s "
-                          f"p50 {cell.first_token(0.5):7.2f} ms  errors {cell.errors}", file=sys.stderr, flush=True)
+                          f"first event p50 {cell.first_event(0.5):7.2f} ms, token {cell.first_token(0.5):7.2f} ms  errors {cell.errors}", file=sys.stderr, flush=True)
         held: list[tuple[str, tuple[int, int] | str]] = []
         if args.open_streams:
             for gateway in gateways[1:]:
@@ -425,9 +436,10 @@ def report(args: argparse.Namespace, gateways: list[Gateway], held: list[tuple[s
         f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
         f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine; "
         f"{minutes:.1f} minutes, load average {args.load_before:.2f} before and {args.load_after:.2f} after "
-        "(the machine is shared with other work). \"first token\" is the time from sending the request to receiving "
-        "the first word (non-streaming: the whole answer); \"added\" is its difference from the direct row "
-        "at the same concurrency; CPU and RSS are the gateway's process tree (on the direct row, the engine's).",
+        "(the machine is shared with other work). \"first event\" is the time from sending the request to receiving "
+        "the first bytes of the body (the engine's first chunk, a gateway's first event); \"first token\" to receiving "
+        "the first word (non-streaming, both are the whole answer); \"added\" is the difference from the direct row "
+        "at the same concurrency (p50 / p99); CPU and RSS are the gateway's process tree (on the direct row, the engine's).",
         "",
         table(gateways, args.tokens),
     ]

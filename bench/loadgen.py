@@ -17,9 +17,11 @@ import httptools
 
 @dataclass(slots=True)
 class Sample:
-    """One request: when it started, when its first token arrived, when it ended."""
+    """One request: when it started, when its first event and its first token arrived, when it ended."""
 
     start: float
+    head: float
+    """The first bytes of the body: the first event of a stream (for a non-streamed answer, its start)."""
     first: float
     end: float
     ok: bool
@@ -57,6 +59,7 @@ class _Connection(asyncio.Protocol):
         self._done: asyncio.Future[None] | None = None
         self.dead = False
         """Closed, or closing: the next request needs a new connection."""
+        self.head = 0.0
         self.first = 0.0
         self._tail = b""
         self.body: list[bytes] = []
@@ -79,6 +82,8 @@ class _Connection(asyncio.Protocol):
             self._done.set_exception(exc)
 
     def on_body(self, data: bytes) -> None:
+        if not self.head:
+            self.head = time.perf_counter()
         if not self.first:
             if self._marker in self._tail + data:
                 self.first = time.perf_counter()
@@ -95,7 +100,7 @@ class _Connection(asyncio.Protocol):
 
     async def exchange(self, raw: bytes) -> None:
         assert self._transport is not None
-        self.first, self._tail, self.body = 0.0, b"", []
+        self.head, self.first, self._tail, self.body = 0.0, 0.0, b"", []
         self._done = asyncio.get_running_loop().create_future()
         self._transport.write(raw)
         await self._done
@@ -112,7 +117,7 @@ async def connect(target: Target) -> _Connection:
     return protocol
 
 
-REQUEST_TIMEOUT = 120.0
+REQUEST_TIMEOUT = 30.0
 """Seconds an answer may take before it counts as an error (and its connection is dropped)."""
 
 
@@ -122,19 +127,21 @@ async def one(connection: _Connection, target: Target, raw: bytes) -> Sample:
         await asyncio.wait_for(connection.exchange(raw), REQUEST_TIMEOUT)
     except (ConnectionError, TimeoutError):
         connection.close()
-        return Sample(start, start, time.perf_counter(), False)
+        return Sample(start, start, start, time.perf_counter(), False)
     end = time.perf_counter()
     body = b"".join(connection.body)
     ok = connection.status() == 200 and target.last_marker in body and target.terminal_marker in body
-    return Sample(start, connection.first or end, end, ok)
+    return Sample(start, connection.head or end, connection.first or end, end, ok)
 
 
 async def run(target: Target, concurrency: int, stream: bool, seconds: float,
               warmup: float) -> tuple[list[Sample], float, int]:  # fmt: skip
     """Keep `concurrency` requests in flight for `warmup + seconds`. Returns the samples
-    that ended within the measured window (after the warm-up), the window's length, and
-    how many answers were whole in all (warm-up and the requests still in flight at the
-    end included: the work the gateway's CPU time was spent on)."""
+    that ended within the measured window (after the warm-up) and the failed requests
+    that ended after its start (a request that hangs counts once it times out, even
+    after the window),
+    the window's length, and how many answers were whole in all (warm-up and the requests
+    still in flight at the end included: the work the gateway's CPU time was spent on)."""
     raw = target.request(stream)
     samples: list[Sample] = []
     completed = 0
@@ -148,7 +155,7 @@ async def run(target: Target, concurrency: int, stream: bool, seconds: float,
             while time.perf_counter() < stop_at:
                 sample = await one(connection, target, raw)
                 completed += sample.ok
-                if measure_from <= sample.end <= stop_at:
+                if measure_from <= sample.end <= stop_at or (not sample.ok and sample.end >= measure_from):
                     samples.append(sample)
                 if connection.dead:
                     connection = await connect(target)
