@@ -3,8 +3,9 @@
 Starts `bench/fake_engine.py` and `responsekit serve` in their own processes, drives one
 endpoint with the load generator of bench/gateway.py, samples the server with py-spy
 (`pip install -e '.[bench]'`; needs ptrace rights, e.g. root) and prints the time by
-package and the hottest lines. Threads that only wait (aiosqlite's, the thread pool's)
-are left out. Run: `.venv/bin/python bench/profile_gateway.py [--path /v1/chat/completions]`.
+package and the hottest lines. Worker threads (SQLite's, the thread pool's) are left
+out: the event loop's thread is the one that limits throughput.
+Run: `.venv/bin/python bench/profile_gateway.py [--path /v1/chat/completions] [--store]`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import uvloop
 from gateway import HERE, MODEL, chat_target, cpu_seconds, free_port, responses_target, service
 from loadgen import run
 
-IDLE = ("Condition.wait", "_worker (concurrent", "_connection_worker_thread")
+IDLE = ("Condition.wait", "_worker (concurrent")
 
 
 def summarize(raw: Path, top: int) -> str:
@@ -47,7 +48,7 @@ def summarize(raw: Path, top: int) -> str:
 
 
 async def load(args: argparse.Namespace, port: int) -> tuple[int, float]:
-    target = responses_target(port, MODEL) if args.path == "/v1/responses" else chat_target(port, MODEL)
+    target = responses_target(port, MODEL, store=args.store) if args.path == "/v1/responses" else chat_target(port, MODEL)
     target.last_marker = f"word{args.tokens - 1}".encode()
     samples, seconds, completed = await run(target, args.concurrency, not args.no_stream, args.seconds, 1.0)
     return completed, len(samples) / seconds
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--no-stream", action="store_true")
+    parser.add_argument("--store", action="store_true", help="/v1/responses with store:true")
     parser.add_argument("--log-level", default="info", help="the server's (info writes an access line per request)")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
