@@ -130,6 +130,10 @@ def test_private_server_urls_are_refused_by_default(upstream, database_url, mcp_
             answer = httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "x",
                                                               "tools": [mcp_tool(server_url)]})  # fmt: skip
             assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_url"
+        function = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
+        answer = httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "x",
+                                                          "tools": [function, mcp_tool(mcp_url)]})  # fmt: skip
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "tools[1].server_url"
     assert upstream.requests == []
 
 

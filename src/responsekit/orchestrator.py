@@ -417,8 +417,9 @@ async def _answer_approvals(
     return out
 
 
-def _mcp_specs(tools: list[Any]) -> list[dict[str, Any]]:
-    """The request's `mcp` tools, refused (400) when a key the server reads has the wrong shape."""
+def _mcp_specs(tools: list[Any]) -> list[tuple[int, dict[str, Any]]]:
+    """The request's `mcp` tools with their positions in `tools`, refused (400) when a key the
+    server reads has the wrong shape."""
     specs = []
     for position, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") != "mcp":
@@ -433,7 +434,7 @@ def _mcp_specs(tools: list[Any]) -> list[dict[str, Any]]:
         if not isinstance(tool.get("authorization") or "", str):
             raise APIError(400, "`authorization` must be a string.", param=f"tools[{position}].authorization",
                            code="invalid_type")  # fmt: skip
-        specs.append(tool)
+        specs.append((position, tool))
     return specs
 
 

@@ -100,11 +100,12 @@ class McpServer:
 
 
 async def add_mcp_servers(
-    tools: ServerTools, specs: list[dict[str, Any]], history: list[dict[str, Any]], urls: UrlPolicy
+    tools: ServerTools, specs: list[tuple[int, dict[str, Any]]], history: list[dict[str, Any]], urls: UrlPolicy
 ) -> dict[str, McpServer]:
-    """Offer each MCP server's tools; returns the servers by label (for approvals)."""
+    """Offer each MCP server's tools (`specs`: the request's mcp tools with their positions in
+    `tools`, for errors); returns the servers by label (for approvals)."""
     servers: dict[str, McpServer] = {}
-    for position, spec in enumerate(specs):
+    for position, spec in specs:
         server = servers[str(spec["server_label"])] = McpServer(spec)
         await urls.check(server.url, f"tools[{position}].server_url")
         listing = _last_listing(history, server.label)
