@@ -266,6 +266,27 @@ def test_tool_choice_auto_keeps_a_call_the_model_starts_well_formed(eager_server
     assert not function_calls(free) and free["status"] == "incomplete"
 
 
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "whole"])
+def test_a_qwen3_coder_model_is_forced_into_its_own_xml_calls(tmp_path: Path, streaming: bool) -> None:
+    """The real Qwen3-Coder template in the model file: the format is read from it, the
+    grammar writes `<function=…><parameter=…>` calls with bare values, and the parser types
+    them by the schema into arguments that validate."""
+    template = (Path(__file__).parent / "data/formats/templates/Qwen3-Coder.jinja").read_text()
+    model = write_tiny_gguf(tmp_path / "coder.gguf", template=template)
+    settings = Settings(probe=False, data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 's.db'}",
+                        models=[LocalModel(path=model, name="tiny")])  # fmt: skip
+    with serve(create_app(settings)) as url:
+        server = EngineServer(url, None)
+        body = {"input": "Weather in Paris for a week?", "tools": TOOLS, "tool_choice": "required",
+                "parallel_tool_calls": False, "max_output_tokens": 300}  # fmt: skip
+        response = stream(server, **body) if streaming else create(server, **body)
+        assert response["status"] == "completed"
+        (call,) = response["output"]
+        assert call["type"] == "function_call"
+        schema = {tool["name"]: tool["parameters"] for tool in TOOLS}[call["name"]]
+        jsonschema.validate(json.loads(call["arguments"]), schema)
+
+
 def test_a_template_refusal_is_a_400_with_its_message(tiny_gguf: Path, tmp_path: Path) -> None:
     template = tmp_path / "strict.jinja"
     template.write_text("{% if messages|length > 1 %}{{ raise_exception('Only one message, please.') }}{% endif %}"

@@ -2,8 +2,9 @@
 
 * A forced call (`tool_choice` required or a named function): the output is one or more
   calls in the model's format (`<tool_call>{"name": …, "arguments": …}</tool_call>` for
-  Hermes, `[TOOL_CALLS]name[ARGS]{…}` for Mistral…), arguments following each tool's JSON
-  schema, optionally after a reasoning block.
+  Hermes, `[TOOL_CALLS]name[ARGS]{…}` for Mistral, `<function=name><parameter=key>` for
+  Qwen3-Coder…), arguments following each tool's JSON schema, optionally after a
+  reasoning block.
 * A lazy call grammar (`tool_choice` auto): the same calls, applied only from the
   format's start marker on (`trigger`), so free text stays free.
 * `text.format` json_schema / json_object: the answer is JSON of the schema.
@@ -57,6 +58,27 @@ class CallSyntax:
     """GBNF after the name's literal (Kimi's `:0` index)."""
 
 
+@dataclass(frozen=True, slots=True)
+class XmlCallSyntax:
+    """How an XML-style format writes a call: `before` NAME `name_end`, then per argument
+    `key_open` KEY `key_end` VALUE `value_end`, then `after`; calls separated by `separator`.
+
+    Values are bare text, typed by the tool schema when the output is parsed: a string is
+    raw text (its `enum`, `pattern` and length kept, without quotes), anything else JSON.
+    Arguments are written in the schema's order, the required ones always.
+    """
+
+    before: str
+    name_end: str
+    key_open: str
+    key_end: str
+    value_end: str
+    after: str
+    separator: str = ""
+    trigger: str | None = None
+    reasoning: tuple[str, str] | None = ("<think>", "</think>")
+
+
 _ENVELOPE = CallSyntax('{"name": "', '", "arguments": ', "}", ", ")
 SYNTAXES: dict[str, CallSyntax] = {
     "hermes_json": CallSyntax('<tool_call>\n{"name": "', '", "arguments": ', "}\n</tool_call>", "\n",
@@ -76,6 +98,14 @@ SYNTAXES: dict[str, CallSyntax] = {
                                     trigger="<TOOLCALL>"),
     "phi4_mini": CallSyntax(_ENVELOPE.before, _ENVELOPE.between, "}", ", ", "<|tool_call|>[", "]<|/tool_call|>",
                             trigger="<|tool_call|>", reasoning=None),
+    "qwen3_coder_xml": XmlCallSyntax("<tool_call>\n<function=", ">\n", "<parameter=", ">\n", "\n</parameter>\n",
+                                     "</function>\n</tool_call>", "\n", trigger="<tool_call>"),
+    "seed_oss": XmlCallSyntax("<seed:tool_call>\n<function=", ">\n", "<parameter=", ">", "</parameter>\n",
+                              "</function>\n</seed:tool_call>", "\n", trigger="<seed:tool_call>",
+                              reasoning=("<seed:think>", "</seed:think>")),
+    "minimax_m2": XmlCallSyntax('<minimax:tool_call>\n<invoke name="', '">\n', '<parameter name="', '">',
+                                "</parameter>\n", "</invoke>\n</minimax:tool_call>", "\n",
+                                trigger="<minimax:tool_call>"),
 }  # fmt: skip
 """The formats whose calls a grammar can write."""
 
@@ -218,7 +248,9 @@ class _Rules:
         resolved = self._converter.resolve_refs(schema, name)
         return self._converter.visit(resolved, name)
 
-    def calls(self, syntax: CallSyntax, tools: Sequence[FunctionTool], parallel: bool) -> str:
+    def calls(self, syntax: CallSyntax | XmlCallSyntax, tools: Sequence[FunctionTool], parallel: bool) -> str:
+        if isinstance(syntax, XmlCallSyntax):
+            return self._xml_calls(syntax, tools, parallel)
         alternatives = []
         for index, tool in enumerate(tools):
             arguments = self.schema(tool.parameters or {"type": "object"}, f"args{index}")
@@ -231,6 +263,48 @@ class _Rules:
         parts = [literal(syntax.block_open) if syntax.block_open else "", repeat,
                  literal(syntax.block_close) if syntax.block_close else ""]  # fmt: skip
         return " ".join(filter(None, parts))
+
+    def _xml_calls(self, syntax: XmlCallSyntax, tools: Sequence[FunctionTool], parallel: bool) -> str:
+        alternatives = []
+        for index, tool in enumerate(tools):
+            schema = self._converter.resolve_refs(tool.parameters or {"type": "object"}, f"args{index}")
+            properties = schema.get("properties") or {}
+            required = set(schema.get("required") or ())
+            arguments = []
+            for position, (key, value_schema) in enumerate(properties.items()):
+                value = self._xml_value(value_schema if isinstance(value_schema, dict) else {}, syntax.value_end,
+                                        f"args{index}-{position}")  # fmt: skip
+                argument = f"{literal(syntax.key_open + key + syntax.key_end)} {value} {literal(syntax.value_end)}"
+                arguments.append(argument if key in required else f"({argument})?")
+            alternatives.append(self.add(f"call{index}", " ".join((
+                literal(syntax.before + tool.name + syntax.name_end), *arguments, literal(syntax.after),
+            ))))  # fmt: skip
+        self.add("call", " | ".join(alternatives))
+        separator = f"{literal(syntax.separator)} " if syntax.separator else ""
+        return f"call ({separator}call)*" if parallel else "call"
+
+    def _xml_value(self, schema: dict[str, Any], end: str, name: str) -> str:
+        """One bare value: a string as raw text (its enum, pattern or length kept), anything
+        else as JSON.  A schema this does not read (anyOf, $ref…) leaves the text free."""
+        options = schema.get("enum") if isinstance(schema.get("enum"), list) else None
+        if "const" in schema:
+            options = [schema["const"]]
+        if options and all(isinstance(option, str) for option in options):
+            return self.add(name, " | ".join(literal(option) for option in options))
+        kind = schema.get("type", "string")
+        if options is not None or not (kind == "string" or isinstance(kind, list) and "string" in kind):
+            return str(self._converter.visit(schema, name))  # refs were resolved with the whole schema
+        if "pattern" in schema:
+            converter = self._converter
+            converter._raw_pattern = True  # the converter's own switch: the pattern without quotes
+            try:
+                return str(converter._visit_pattern(schema["pattern"], name))
+            finally:
+                converter._raw_pattern = False
+        if "minLength" in schema or "maxLength" in schema:
+            low, high = schema.get("minLength", 0), schema.get("maxLength")
+            return self.add(name, f"[^<]{{{low},{'' if high is None else high}}}")
+        return text_without(end, self, f"{name}-text")
 
     def text(self) -> str:
         converted = self._converter.format_grammar()

@@ -1,0 +1,93 @@
+"""Call grammars, format by format: what a model writes under a forced-call grammar is
+read back by that format's parser as calls whose arguments follow the tools' schemas."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from responsekit import grammars
+from responsekit.conversation import FunctionTool
+from responsekit.parsing import get_parser
+
+from .parsing.parsing_support import run
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "pattern": "^[A-Za-z ]{1,12}$"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "offset": {"type": "integer", "minimum": -40, "maximum": 250},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+        "note": {"type": "string", "maxLength": 6},
+        "sure": {"type": "boolean"},
+    },
+    "required": ["city", "days", "offset", "unit"],
+    "additionalProperties": False,
+}
+TIME = {"type": "object", "properties": {"zone": {"const": "UTC"}}, "required": ["zone"]}
+TOOLS = [FunctionTool("get_weather", "Weather of a city", WEATHER), FunctionTool("get_time", None, TIME)]
+SCHEMAS = {tool.name: tool.parameters for tool in TOOLS}
+
+
+@pytest.fixture(scope="module")
+def model(tiny_gguf: Path) -> Any:
+    llama_cpp = pytest.importorskip("llama_cpp")  # the `llama` extra, which make test installs
+    return llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=1024, verbose=False, seed=0)
+
+
+def generate(model: Any, grammar: grammars.Grammar, prompt: str, seed: int) -> str:
+    from llama_cpp import LlamaGrammar
+
+    answer = model.create_completion(prompt, max_tokens=400, temperature=1.0, seed=seed,
+                                     grammar=LlamaGrammar.from_string(grammar.gbnf, verbose=False))  # fmt: skip
+    assert answer["choices"][0]["finish_reason"] == "stop", answer["choices"][0]["text"]
+    return str(answer["choices"][0]["text"])
+
+
+@pytest.mark.parametrize("fmt", sorted(grammars.SYNTAXES))
+def test_a_forced_call_is_read_back_as_a_valid_call(model: Any, fmt: str) -> None:
+    tools = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters}} for t in TOOLS]
+    for seed in range(3):  # sampled, not greedy: a few different calls per format
+        grammar = grammars.forced_calls(fmt, TOOLS, parallel=False, thinking_open=False, may_think=False)
+        assert grammar is not None
+        text = generate(model, grammar, f"Call a tool ({seed}).", seed)
+        folded = run(get_parser(fmt)(tools), [text])
+        assert len(folded.calls) == 1, (text, folded)
+        (call,) = folded.calls
+        assert call.ended and call.name in SCHEMAS, text
+        jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder_xml", "seed_oss", "minimax_m2"])
+def test_xml_values_are_bare_text_typed_by_the_schema(fmt: str) -> None:
+    grammar = grammars.forced_calls(fmt, TOOLS[:1], parallel=True, thinking_open=False, may_think=False)
+    assert grammar is not None
+    rules = dict(line.split(" ::= ", 1) for line in grammar.gbnf.splitlines() if " ::= " in line)
+    assert rules["args0-3"] == '"celsius" | "fahrenheit"'  # an enum of strings: the words, unquoted
+    assert rules["args0-4"] == "[^<]{0,6}"  # a bounded string: raw text of that length
+    assert rules["args0-0-1"] == "[A-Za-z ]" and '\\"' not in rules["args0-0"]  # a pattern, without JSON quotes
+    assert rules["args0-1"] == '([1-9] | "1" [0-4]) space'  # not a string: JSON (a bounded integer)
+
+
+def test_a_format_without_a_call_syntax_has_no_grammar() -> None:
+    assert grammars.forced_calls("pythonic", TOOLS, parallel=False, thinking_open=False, may_think=False) is None
+
+
+@pytest.mark.parametrize("fmt", sorted(f for f, syntax in grammars.SYNTAXES.items() if syntax.trigger))
+def test_a_lazy_grammar_starts_at_the_formats_marker_after_reasoning(fmt: str) -> None:
+    llama_grammar = pytest.importorskip("llama_cpp").LlamaGrammar
+    syntax = grammars.SYNTAXES[fmt]
+    grammar = grammars.lazy_calls(fmt, TOOLS, parallel=True, thinking_open=True)
+    assert grammar is not None and grammar.lazy and grammar.trigger_word == syntax.trigger
+    llama_grammar.from_string(grammar.gbnf, verbose=False)  # llama.cpp accepts it
+    # A marker inside the reasoning (which the prompt opened) does not start the grammar.
+    reasoning = f"thinking {syntax.trigger} still thinking{syntax.reasoning[1]}" if syntax.reasoning else ""
+    text = f"{reasoning}Some text. {syntax.trigger}"
+    found = re.fullmatch(grammar.trigger_pattern or "", text)
+    assert found is not None and found.start(1) == text.rindex(syntax.trigger)
