@@ -3,7 +3,7 @@
 * A forced call (`tool_choice` required or a named function): the output is one or more
   calls in the model's format (`<tool_call>{"name": …, "arguments": …}</tool_call>` for
   Hermes, `[TOOL_CALLS]name[ARGS]{…}` for Mistral, `<function=name><parameter=key>` for
-  Qwen3-Coder…), arguments following each tool's JSON schema, optionally after a
+  Qwen3-Coder, `<tool_call>name<arg_key>key</arg_key><arg_value>` for GLM…), arguments following each tool's JSON schema, optionally after a
   reasoning block.
 * A lazy call grammar (`tool_choice` auto): the same calls, applied only from the
   format's start marker on (`trigger`), so free text stays free.
@@ -106,6 +106,10 @@ SYNTAXES: dict[str, CallSyntax] = {
     "minimax_m2": XmlCallSyntax('<minimax:tool_call>\n<invoke name="', '">\n', '<parameter name="', '">',
                                 "</parameter>\n", "</invoke>\n</minimax:tool_call>", "\n",
                                 trigger="<minimax:tool_call>"),
+    "glm_4_5": XmlCallSyntax("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n",
+                             "</tool_call>", "\n", trigger="<tool_call>"),
+    "glm_4_7": XmlCallSyntax("<tool_call>", "", "<arg_key>", "</arg_key><arg_value>", "</arg_value>", "</tool_call>",
+                             trigger="<tool_call>"),
 }  # fmt: skip
 """The formats whose calls a grammar can write."""
 
