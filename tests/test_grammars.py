@@ -76,6 +76,14 @@ def test_xml_values_are_bare_text_typed_by_the_schema(fmt: str) -> None:
     assert rules["args0-1"] == '([1-9] | "1" [0-4]) space'  # not a string: JSON (a bounded integer)
 
 
+def test_dsml_marks_which_values_are_raw_text() -> None:
+    grammar = grammars.forced_calls("deepseek_v3_2_dsml", TOOLS[:1], parallel=False, thinking_open=False,
+                                    may_think=False)  # fmt: skip
+    assert grammar is not None
+    assert '"<｜DSML｜parameter name=\\"city\\" string=\\"true\\">" args0-0' in grammar.gbnf
+    assert '"<｜DSML｜parameter name=\\"days\\" string=\\"false\\">" args0-1' in grammar.gbnf
+
+
 def test_a_format_without_a_call_syntax_has_no_grammar() -> None:
     assert grammars.forced_calls("pythonic", TOOLS, parallel=False, thinking_open=False, may_think=False) is None
 

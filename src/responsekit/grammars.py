@@ -77,6 +77,8 @@ class XmlCallSyntax:
     separator: str = ""
     trigger: str | None = None
     reasoning: tuple[str, str] | None = ("<think>", "</think>")
+    raw_key_end: str | None = None
+    """`key_end` before a raw-text value, where the format marks those (DSML's `string="true"`)."""
 
 
 _ENVELOPE = CallSyntax('{"name": "', '", "arguments": ', "}", ", ")
@@ -113,6 +115,10 @@ SYNTAXES: dict[str, CallSyntax] = {
     "minimax_m2": XmlCallSyntax('<minimax:tool_call>\n<invoke name="', '">\n', '<parameter name="', '">',
                                 "</parameter>\n", "</invoke>\n</minimax:tool_call>", "\n",
                                 trigger="<minimax:tool_call>"),
+    "deepseek_v3_2_dsml": XmlCallSyntax('<｜DSML｜function_calls>\n<｜DSML｜invoke name="', '">\n',
+                                        '<｜DSML｜parameter name="', '" string="false">', "</｜DSML｜parameter>\n",
+                                        "</｜DSML｜invoke>\n</｜DSML｜function_calls>", "\n",
+                                        trigger="<｜DSML｜function_calls>", raw_key_end='" string="true">'),
     "glm_4_5": XmlCallSyntax("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n",
                              "</tool_call>", "\n", trigger="<tool_call>"),
     "glm_4_7": XmlCallSyntax("<tool_call>", "", "<arg_key>", "</arg_key><arg_value>", "</arg_value>", "</tool_call>",
@@ -283,9 +289,10 @@ class _Rules:
             required = set(schema.get("required") or ())
             arguments = []
             for position, (key, value_schema) in enumerate(properties.items()):
-                value = self._xml_value(value_schema if isinstance(value_schema, dict) else {}, syntax.value_end,
-                                        f"args{index}-{position}")  # fmt: skip
-                argument = f"{literal(syntax.key_open + key + syntax.key_end)} {value} {literal(syntax.value_end)}"
+                value, raw = self._xml_value(value_schema if isinstance(value_schema, dict) else {},
+                                             syntax.value_end, f"args{index}-{position}")  # fmt: skip
+                key_end = syntax.raw_key_end if raw and syntax.raw_key_end is not None else syntax.key_end
+                argument = f"{literal(syntax.key_open + key + key_end)} {value} {literal(syntax.value_end)}"
                 arguments.append(argument if key in required else f"({argument})?")
             alternatives.append(self.add(f"call{index}", " ".join((
                 literal(syntax.before + tool.name + syntax.name_end), *arguments, literal(syntax.after),
@@ -294,28 +301,29 @@ class _Rules:
         separator = f"{literal(syntax.separator)} " if syntax.separator else ""
         return f"call ({separator}call)*" if parallel else "call"
 
-    def _xml_value(self, schema: dict[str, Any], end: str, name: str) -> str:
-        """One bare value: a string as raw text (its enum, pattern or length kept), anything
-        else as JSON.  A schema this does not read (anyOf, $ref…) leaves the text free."""
+    def _xml_value(self, schema: dict[str, Any], end: str, name: str) -> tuple[str, bool]:
+        """One bare value's rule, and whether it is raw text: a string as raw text (its enum,
+        pattern or length kept), anything else as JSON.  A schema this does not read (anyOf,
+        $ref…) leaves the text free."""
         options = schema.get("enum") if isinstance(schema.get("enum"), list) else None
         if "const" in schema:
             options = [schema["const"]]
         if options and all(isinstance(option, str) for option in options):
-            return self.add(name, " | ".join(literal(option) for option in options))
+            return self.add(name, " | ".join(literal(option) for option in options)), True
         kind = schema.get("type", "string")
         if options is not None or not (kind == "string" or isinstance(kind, list) and "string" in kind):
-            return str(self._converter.visit(schema, name))  # refs were resolved with the whole schema
+            return str(self._converter.visit(schema, name)), False  # refs were resolved with the whole schema
         if "pattern" in schema:
             converter = self._converter
             converter._raw_pattern = True  # the converter's own switch: the pattern without quotes
             try:
-                return str(converter._visit_pattern(schema["pattern"], name))
+                return str(converter._visit_pattern(schema["pattern"], name)), True
             finally:
                 converter._raw_pattern = False
         if "minLength" in schema or "maxLength" in schema:
             low, high = schema.get("minLength", 0), schema.get("maxLength")
-            return self.add(name, f"[^<]{{{low},{'' if high is None else high}}}")
-        return text_without(end, self, f"{name}-text")
+            return self.add(name, f"[^<]{{{low},{'' if high is None else high}}}"), True
+        return text_without(end, self, f"{name}-text"), True
 
     def text(self) -> str:
         converted = self._converter.format_grammar()
