@@ -266,7 +266,8 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     levels = sorted({c for g in gateways for (s, c) in g.cells if s == stream})
-    figure, axes = plt.subplots(1, len(levels), figsize=(5 * len(levels), 4.5), sharey=True)
+    figure, grid = plt.subplots(1, len(levels), figsize=(5 * len(levels), 4.5), sharey=True, squeeze=False)
+    axes = grid[0]
     for axis, concurrency in zip(axes, levels):
         for gateway in gateways:
             cell = gateway.cells.get((stream, concurrency))
