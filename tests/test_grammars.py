@@ -16,19 +16,12 @@ from responsekit.conversation import FunctionTool
 from responsekit.parsing import get_parser
 
 from .parsing.parsing_support import run
+from .test_llama_cpp import WEATHER_SCHEMA
 
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "pattern": "^[A-Za-z ]{1,12}$"},
-        "days": {"type": "integer", "minimum": 1, "maximum": 14},
-        "offset": {"type": "integer", "minimum": -40, "maximum": 250},
-        "unit": {"enum": ["celsius", "fahrenheit"]},
-        "note": {"type": "string", "maxLength": 6},
-        "sure": {"type": "boolean"},
-    },
-    "required": ["city", "days", "offset", "unit"],
-    "additionalProperties": False,
+WEATHER = {  # the in-process engine tests' schema, with an optional bounded string and a boolean
+    **WEATHER_SCHEMA,
+    "properties": {**WEATHER_SCHEMA["properties"], "note": {"type": "string", "maxLength": 6},
+                   "sure": {"type": "boolean"}},
 }
 TIME = {"type": "object", "properties": {"zone": {"const": "UTC"}}, "required": ["zone"]}
 TOOLS = [FunctionTool("get_weather", "Weather of a city", WEATHER), FunctionTool("get_time", None, TIME)]
