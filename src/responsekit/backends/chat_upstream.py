@@ -39,6 +39,7 @@ from ..events import (
 from ..ids import new_id
 from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
 from ..record import Recorder, Recording
+from .plain_http import PlainHTTPTransport
 
 log = logging.getLogger(__name__)
 
@@ -154,15 +155,16 @@ class ChatUpstream:
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
         tls = httpx.create_ssl_context()  # one for all pools: loading the CA bundle is slow and large
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_EXPIRY)
+        plain = httpx.URL(config.base_url).scheme == "http"
         self._pools = [
             httpx.AsyncClient(
                 base_url=config.base_url,
                 headers=headers,
                 verify=tls,
                 timeout=httpx.Timeout(config.timeout, connect=config.connect_timeout),
-                limits=httpx.Limits(
-                    max_connections=None, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_EXPIRY
-                ),
+                limits=limits,
+                transport=PlainHTTPTransport(limits) if plain else None,
             )
             for _ in range(POOLS)
         ]
