@@ -67,6 +67,33 @@ def test_a_large_body_goes_out_whole_and_a_streamed_answer_comes_back_in_order()
     asyncio.run(main())
 
 
+def test_an_engine_faster_than_the_reader_is_held_back() -> None:
+    """Received bytes wait in memory only up to a bound; then the socket is not read, and the
+    engine's writes wait (its drain blocks) until the answer is consumed."""
+    size, piece = 64 * 2**20, 2**20
+    written = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal written
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+        for _ in range(size // piece):
+            writer.write(b"x" * piece)
+            await writer.drain()
+            written += piece
+        writer.close()
+
+    async def main() -> None:
+        async with engine(handler) as url, client(url) as http:
+            async with http.stream("POST", "/", content=b"x") as answer:
+                await asyncio.sleep(0.5)  # the reader dawdles
+                assert written < size // 4  # without back-pressure, all 64 MiB would be in our buffer
+                received = sum([len(part) async for part in answer.aiter_raw()])
+        assert received == size and written == size
+
+    asyncio.run(main())
+
+
 def test_silence_past_the_timeout_is_httpx_read_timeout() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)

@@ -127,19 +127,48 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
+READ_AHEAD = 256 * 1024
+"""Bytes received but not yet read at which the socket stops being read (back-pressure on
+an engine that writes faster than the answer is consumed)."""
+
+
 class _Receiver(asyncio.Protocol):
     """What the socket delivered, waiting to be read; and whether writing must pause."""
 
     def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
         self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self.reading_paused = False
         self.closed = False
         self.error: Exception | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.writable: asyncio.Future[None] | None = None  # set while the transport's buffer is full
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
     def data_received(self, data: bytes) -> None:
         self.chunks.append(data)
+        self.buffered += len(data)
+        if self.buffered > READ_AHEAD and not self.reading_paused and self.transport is not None:
+            self.transport.pause_reading()  # (a closing transport ignores it)
+            self.reading_paused = True
         self._wake()
+
+    def take(self, max_bytes: int) -> bytes:
+        """The next received bytes, at most `max_bytes` (a chunk must be waiting)."""
+        data = self.chunks.popleft()
+        if len(data) > max_bytes:
+            self.chunks.appendleft(data[max_bytes:])
+            data = data[:max_bytes]
+        self.buffered -= len(data)
+        if self.reading_paused and self.buffered <= READ_AHEAD // 2 and self.transport is not None:
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+            self.reading_paused = False
+        return data
 
     def eof_received(self) -> bool:
         self.closed = True
@@ -183,11 +212,7 @@ class SocketStream(httpcore.AsyncNetworkStream):
                 if timer is not None:
                     timer.cancel()
         if receiver.chunks:
-            data = receiver.chunks.popleft()
-            if len(data) > max_bytes:
-                receiver.chunks.appendleft(data[max_bytes:])
-                data = data[:max_bytes]
-            return data
+            return receiver.take(max_bytes)
         if receiver.error is not None:
             raise httpcore.ReadError(str(receiver.error))
         return b""
