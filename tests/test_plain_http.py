@@ -159,3 +159,18 @@ def test_the_engine_hanging_up_mid_answer_is_an_httpx_error() -> None:
                 await http.post("/", content=b"x")
 
     asyncio.run(main())
+
+
+def test_it_runs_on_uvloop_as_the_server_does() -> None:
+    import uvloop
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async def main() -> None:
+        async with engine(handler) as url, client(url) as http:
+            assert (await http.post("/", content=b"x")).text == "ok"
+
+    uvloop.run(main())
