@@ -9,11 +9,7 @@ locks. All calls run on one dedicated thread, which owns the connection.
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, TypeVar
 
 import numpy as np
 import sqlite_vec
@@ -23,9 +19,8 @@ try:
 except ImportError:  # No pysqlite3-binary wheel off Linux; there Python's sqlite3 can usually load extensions.
     import sqlite3  # type: ignore[no-redef]
 
+from ..dedicated_thread import DedicatedThread
 from .index import Candidate, removal_filter, mismatch, words
-
-T = TypeVar("T")
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -50,25 +45,23 @@ SCHEMA = [
 class SQLiteIndex:
     kind = "sqlite-vec"
 
-    def __init__(self, executor: ThreadPoolExecutor, connection: sqlite3.Connection) -> None:
-        self._executor = executor
+    def __init__(self, thread: DedicatedThread, connection: sqlite3.Connection) -> None:
+        self._thread = thread
+        self._run = thread.run
         self._connection = connection
         self._model: str | None = None
 
     @classmethod
     async def open(cls, path: Path) -> SQLiteIndex:
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-index")
-        connection = await asyncio.get_running_loop().run_in_executor(executor, _connect, path)
-        index = cls(executor, connection)
+        thread = DedicatedThread("vector-index")
+        connection = await thread.run(_connect, path)
+        index = cls(thread, connection)
         index._model = await index._run(index._get_meta, "model")
         return index
 
     async def close(self) -> None:
         await self._run(self._connection.close)
-        self._executor.shutdown(wait=True)
-
-    async def _run(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(function, *args))
+        self._thread.stop()
 
     def _get_meta(self, key: str) -> str | None:
         row = self._connection.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

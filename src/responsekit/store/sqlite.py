@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..dedicated_thread import DedicatedThread
 from .database import Connection, Row
 
 T = TypeVar("T")
@@ -28,7 +28,7 @@ Statement = tuple[str, tuple[Any, ...] | list[tuple[Any, ...]], bool]
 class SQLiteDatabase:
     dialect = "sqlite"
 
-    def __init__(self, connection: sqlite3.Connection, thread: ThreadPoolExecutor) -> None:
+    def __init__(self, connection: sqlite3.Connection, thread: DedicatedThread) -> None:
         self._connection = connection
         self._thread = thread
         self._lock = asyncio.Lock()
@@ -36,39 +36,35 @@ class SQLiteDatabase:
     @classmethod
     async def open(cls, path: Path) -> SQLiteDatabase:
         path.parent.mkdir(parents=True, exist_ok=True)
-        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+        thread = DedicatedThread("sqlite")
 
         def connect() -> sqlite3.Connection:
-            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            connection = sqlite3.connect(path, isolation_level=None)
             for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=10000"):
                 connection.execute(f"PRAGMA {pragma}")
             return connection
 
-        connection = await asyncio.get_running_loop().run_in_executor(thread, connect)
-        return cls(connection, thread)
+        return cls(await thread.run(connect), thread)
 
     async def close(self) -> None:
         async with self._lock:
-            await self._run(self._connection.close)
-        self._thread.shutdown()
-
-    async def _run(self, function: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, function)
+            await self._thread.run(self._connection.close)
+        self._thread.stop()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
         async with self._lock:
-            batch = _Batch(self)
+            batch = _Batch(self._connection, self._thread)
             try:
                 yield batch
             except BaseException:
-                await self._run(batch.rollback)
+                await self._thread.run(batch.rollback)
                 raise
-            await self._run(batch.commit)
+            await self._thread.run(batch.commit)
 
     async def execute(self, sql: str, *args: Any) -> None:
         async with self._lock:
-            await self._run(lambda: self._connection.execute(sql, args).close())
+            await self._thread.run(lambda: self._connection.execute(sql, args).close())
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         async with self.transaction() as connection:
@@ -76,7 +72,7 @@ class SQLiteDatabase:
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         async with self._lock:
-            return await self._run(lambda: self._connection.execute(sql, args).fetchall())
+            return await self._thread.run(lambda: self._connection.execute(sql, args).fetchall())
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
         rows = await self.fetch(sql, *args)
@@ -90,9 +86,9 @@ class _Batch:
     leave the transaction open or half-applied there.
     """
 
-    def __init__(self, database: SQLiteDatabase) -> None:
-        self._database = database
-        self._connection = database._connection
+    def __init__(self, connection: sqlite3.Connection, thread: DedicatedThread) -> None:
+        self._connection = connection
+        self._thread = thread
         self._pending: list[Statement] = []
 
     async def execute(self, sql: str, *args: Any) -> None:
@@ -105,7 +101,7 @@ class _Batch:
         def read() -> list[Row]:
             return self._connection.execute(sql, args).fetchall()
 
-        return await self._database._run(lambda: self._flush_then(read))
+        return await self._thread.run(self._flush_then, read)
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
         rows = await self.fetch(sql, *args)
