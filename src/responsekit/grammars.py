@@ -3,8 +3,8 @@
 * A forced call (`tool_choice` required or a named function): the output is one or more
   calls in the model's format (`<tool_call>{"name": …, "arguments": …}</tool_call>` for
   Hermes, `[TOOL_CALLS]name[ARGS]{…}` for Mistral, `<function=name><parameter=key>` for
-  Qwen3-Coder, `<tool_call>name<arg_key>key</arg_key><arg_value>` for GLM…), arguments following each tool's JSON schema, optionally after a
-  reasoning block.
+  Qwen3-Coder, `<tool_call>name<arg_key>key</arg_key><arg_value>` for GLM…), arguments
+  following each tool's JSON schema, optionally after a reasoning block.
 * A lazy call grammar (`tool_choice` auto): the same calls, applied only from the
   format's start marker on (`trigger`), so free text stays free.
 * `text.format` json_schema / json_object: the answer is JSON of the schema.
@@ -81,8 +81,10 @@ class XmlCallSyntax:
     """`key_end` before a raw-text value, where the format marks those (DSML's `string="true"`)."""
 
 
+Syntax = CallSyntax | XmlCallSyntax
+
 _ENVELOPE = CallSyntax('{"name": "', '", "arguments": ', "}", ", ")
-SYNTAXES: dict[str, CallSyntax] = {
+SYNTAXES: dict[str, Syntax] = {
     "hermes_json": CallSyntax('<tool_call>\n{"name": "', '", "arguments": ', "}\n</tool_call>", "\n",
                               trigger="<tool_call>"),
     "mistral_args": CallSyntax("[TOOL_CALLS]", "[ARGS]", "", trigger="[TOOL_CALLS]",
@@ -265,41 +267,41 @@ class _Rules:
         resolved = self._converter.resolve_refs(schema, name)
         return self._converter.visit(resolved, name)
 
-    def calls(self, syntax: CallSyntax | XmlCallSyntax, tools: Sequence[FunctionTool], parallel: bool) -> str:
-        if isinstance(syntax, XmlCallSyntax):
-            return self._xml_calls(syntax, tools, parallel)
-        alternatives = []
+    def calls(self, syntax: Syntax, tools: Sequence[FunctionTool], parallel: bool) -> str:
+        """A rule per tool's call, `call` for any of them, repeated when calls may be
+        parallel, inside the format's block."""
+        names = []
         for index, tool in enumerate(tools):
-            arguments = self.schema(tool.parameters or {"type": "object"}, f"args{index}")
-            alternatives.append(self.add(f"call{index}", " ".join(filter(None, (
-                literal(syntax.before + tool.name) + syntax.name_suffix,
-                literal(syntax.between), arguments, literal(syntax.after) if syntax.after else "",
-            )))))  # fmt: skip
-        self.add("call", " | ".join(alternatives))
-        repeat = f"(call ({literal(syntax.separator) + ' ' if syntax.separator else ''}call)*)" if parallel else "call"
+            body = (self._xml_call(syntax, tool, index) if isinstance(syntax, XmlCallSyntax)
+                    else self._json_call(syntax, tool, index))  # fmt: skip
+            names.append(self.add(f"call{index}", body))
+        self.add("call", " | ".join(names))
+        separator = f"{literal(syntax.separator)} " if syntax.separator else ""
+        repeat = f"(call ({separator}call)*)" if parallel else "call"
+        if isinstance(syntax, XmlCallSyntax):
+            return repeat
         parts = [literal(syntax.block_open) if syntax.block_open else "", repeat,
                  literal(syntax.block_close) if syntax.block_close else ""]  # fmt: skip
         return " ".join(filter(None, parts))
 
-    def _xml_calls(self, syntax: XmlCallSyntax, tools: Sequence[FunctionTool], parallel: bool) -> str:
-        alternatives = []
-        for index, tool in enumerate(tools):
-            schema = self._converter.resolve_refs(tool.parameters or {"type": "object"}, f"args{index}")
-            properties = schema.get("properties") or {}
-            required = set(schema.get("required") or ())
-            arguments = []
-            for position, (key, value_schema) in enumerate(properties.items()):
-                value, raw = self._xml_value(value_schema if isinstance(value_schema, dict) else {},
-                                             syntax.value_end, f"args{index}-{position}")  # fmt: skip
-                key_end = syntax.raw_key_end if raw and syntax.raw_key_end is not None else syntax.key_end
-                argument = f"{literal(syntax.key_open + key + key_end)} {value} {literal(syntax.value_end)}"
-                arguments.append(argument if key in required else f"({argument})?")
-            alternatives.append(self.add(f"call{index}", " ".join((
-                literal(syntax.before + tool.name + syntax.name_end), *arguments, literal(syntax.after),
-            ))))  # fmt: skip
-        self.add("call", " | ".join(alternatives))
-        separator = f"{literal(syntax.separator)} " if syntax.separator else ""
-        return f"call ({separator}call)*" if parallel else "call"
+    def _json_call(self, syntax: CallSyntax, tool: FunctionTool, index: int) -> str:
+        arguments = self.schema(tool.parameters or {"type": "object"}, f"args{index}")
+        return " ".join(filter(None, (
+            literal(syntax.before + tool.name) + syntax.name_suffix,
+            literal(syntax.between), arguments, literal(syntax.after) if syntax.after else "",
+        )))  # fmt: skip
+
+    def _xml_call(self, syntax: XmlCallSyntax, tool: FunctionTool, index: int) -> str:
+        schema = self._converter.resolve_refs(tool.parameters or {"type": "object"}, f"args{index}")
+        required = set(schema.get("required") or ())
+        arguments = []
+        for position, (key, value_schema) in enumerate((schema.get("properties") or {}).items()):
+            value, raw = self._xml_value(value_schema if isinstance(value_schema, dict) else {},
+                                         syntax.value_end, f"args{index}-{position}")  # fmt: skip
+            key_end = syntax.raw_key_end if raw and syntax.raw_key_end is not None else syntax.key_end
+            argument = f"{literal(syntax.key_open + key + key_end)} {value} {literal(syntax.value_end)}"
+            arguments.append(argument if key in required else f"({argument})?")
+        return " ".join((literal(syntax.before + tool.name + syntax.name_end), *arguments, literal(syntax.after)))
 
     def _xml_value(self, schema: dict[str, Any], end: str, name: str) -> tuple[str, bool]:
         """One bare value's rule, and whether it is raw text: a string as raw text (its enum,
