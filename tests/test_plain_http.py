@@ -45,6 +45,13 @@ async def read_request(reader: asyncio.StreamReader, slowly: bool = False) -> by
     return bytes(body)
 
 
+async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, response: bytes) -> None:
+    """Read the request, then write `response` (status line, headers and body as given)."""
+    await read_request(reader)
+    writer.write(response)
+    await writer.drain()
+
+
 def test_a_large_body_goes_out_whole_and_a_streamed_answer_comes_back_in_order() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         body = await read_request(reader, slowly=True)
@@ -96,9 +103,7 @@ def test_an_engine_faster_than_the_reader_is_held_back() -> None:
 
 def test_silence_past_the_timeout_is_httpx_read_timeout() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf")
-        await writer.drain()
+        await answer(reader, writer, b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf")
         await asyncio.sleep(5)
 
     async def main() -> None:
@@ -130,9 +135,7 @@ def test_a_connection_the_engine_closed_while_idle_is_not_reused() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal connections
         connections += 1
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        await writer.drain()
+        await answer(reader, writer, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
         writer.close()  # without `connection: close`: the client learns it from the socket
 
     async def main() -> None:
@@ -148,9 +151,7 @@ def test_a_connection_the_engine_closed_while_idle_is_not_reused() -> None:
 
 def test_the_engine_hanging_up_mid_answer_is_an_httpx_error() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ncut short")
-        await writer.drain()
+        await answer(reader, writer, b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ncut short")
         writer.close()
 
     async def main() -> None:
@@ -165,9 +166,7 @@ def test_it_runs_on_uvloop_as_the_server_does() -> None:
     import uvloop
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        await writer.drain()
+        await answer(reader, writer, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
 
     async def main() -> None:
         async with engine(handler) as url, client(url) as http:

@@ -116,7 +116,7 @@ class SocketBackend(httpcore.AsyncNetworkBackend):
         socket = transport.get_extra_info("socket")
         for option in socket_options or ():
             socket.setsockopt(*option)
-        return SocketStream(transport, protocol)
+        return SocketStream(protocol)
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
@@ -135,8 +135,10 @@ an engine that writes faster than the answer is consumed)."""
 class _Receiver(asyncio.Protocol):
     """What the socket delivered, waiting to be read; and whether writing must pause."""
 
+    transport: asyncio.Transport
+    """Set once connected, before any other callback."""
+
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
         self.chunks: deque[bytes] = deque()
         self.buffered = 0
         self.reading_paused = False
@@ -151,7 +153,7 @@ class _Receiver(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.chunks.append(data)
         self.buffered += len(data)
-        if self.buffered > READ_AHEAD and not self.reading_paused and self.transport is not None:
+        if self.buffered > READ_AHEAD and not self.reading_paused:
             self.transport.pause_reading()  # (a closing transport ignores it)
             self.reading_paused = True
         self._wake()
@@ -163,7 +165,7 @@ class _Receiver(asyncio.Protocol):
             self.chunks.appendleft(data[max_bytes:])
             data = data[:max_bytes]
         self.buffered -= len(data)
-        if self.reading_paused and self.buffered <= READ_AHEAD // 2 and self.transport is not None:
+        if self.reading_paused and self.buffered <= READ_AHEAD // 2:
             if not self.transport.is_closing():
                 self.transport.resume_reading()
             self.reading_paused = False
@@ -194,9 +196,9 @@ class _Receiver(asyncio.Protocol):
 
 
 class SocketStream(httpcore.AsyncNetworkStream):
-    def __init__(self, transport: asyncio.Transport, receiver: _Receiver) -> None:
-        self._transport = transport
+    def __init__(self, receiver: _Receiver) -> None:
         self._receiver = receiver
+        self._transport = receiver.transport
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         receiver = self._receiver
