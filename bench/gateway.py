@@ -11,8 +11,8 @@ the machine's background load falls on all of them alike.
 
 Measured per cell: requests/s; time to the first event (the first bytes of the body) and
 to the first token (the first word; for a non-streaming answer both are the whole answer),
-p50/p99, and what a gateway adds to the direct figures; the gateway's CPU seconds per million streamed tokens (its whole process
-tree); its resident memory. Then 1,000 streams are held open through each gateway (the
+p50/p99, and what a gateway adds to the direct figures; the gateway's CPU seconds per
+million streamed tokens (its whole process tree); its resident memory. Then 1,000 streams are held open through each gateway (the
 engine sends one token and waits) and its memory per open stream is measured.
 
 Run: `.venv/bin/python bench/gateway.py` (`--help` for options); prints a Markdown section
@@ -414,7 +414,8 @@ async def benchmark(args: argparse.Namespace) -> None:
                     cell = await measure(gateway, concurrency, stream, args.seconds, args.warmup, args.tokens)
                     gateway.cells[(stream, concurrency)] = cell
                     print(f"{gateway.name:36} stream={stream!s:5} C={concurrency:<3} {cell.rate:7.0f} req/s "
-                          f"first event p50 {cell.first_event(0.5):7.2f} ms, token {cell.first_token(0.5):7.2f} ms  errors {cell.errors}", file=sys.stderr, flush=True)
+                          f"first event p50 {cell.first_event(0.5):7.2f} ms, token {cell.first_token(0.5):7.2f} ms  "
+                          f"errors {cell.errors}", file=sys.stderr, flush=True)  # fmt: skip
         held: list[tuple[str, tuple[int, int] | str]] = []
         if args.open_streams:
             for gateway in gateways[1:]:

@@ -138,10 +138,10 @@ async def run(target: Target, concurrency: int, stream: bool, seconds: float,
               warmup: float) -> tuple[list[Sample], float, int]:  # fmt: skip
     """Keep `concurrency` requests in flight for `warmup + seconds`. Returns the samples
     that ended within the measured window (after the warm-up) and the failed requests
-    that ended after its start (a request that hangs counts once it times out, even
-    after the window),
-    the window's length, and how many answers were whole in all (warm-up and the requests
-    still in flight at the end included: the work the gateway's CPU time was spent on)."""
+    that ended after its start (a request that hangs counts once it times out, even after
+    the window), the window's length, and how many answers were whole in all (warm-up and
+    the requests still in flight at the end included: the work the gateway's CPU time was
+    spent on)."""
     raw = target.request(stream)
     samples: list[Sample] = []
     completed = 0

@@ -48,7 +48,10 @@ def summarize(raw: Path, top: int) -> str:
 
 
 async def load(args: argparse.Namespace, port: int) -> tuple[int, float]:
-    target = responses_target(port, MODEL, store=args.store) if args.path == "/v1/responses" else chat_target(port, MODEL)
+    if args.path == "/v1/responses":
+        target = responses_target(port, MODEL, store=args.store)
+    else:
+        target = chat_target(port, MODEL)
     target.last_marker = f"word{args.tokens - 1}".encode()
     samples, seconds, completed = await run(target, args.concurrency, not args.no_stream, args.seconds, 1.0)
     return completed, len(samples) / seconds
