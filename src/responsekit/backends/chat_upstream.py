@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterable
-from contextlib import aclosing, asynccontextmanager, suppress
+from contextlib import aclosing, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,7 +39,7 @@ from ..events import (
 from ..ids import new_id
 from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
 from ..record import Recorder, Recording
-from .plain_http import PlainHTTPTransport
+from .engine_http import engine_http
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def upstream_error(status: int, text: str) -> Error:
 
 
 class ChatUpstream:
-    """One configured engine: an httpx connection pool plus its dialect."""
+    """One configured engine: its connections and its dialect."""
 
     def __init__(self, config: UpstreamConfig, recorder: Recorder | None = None) -> None:
         self.config = config
@@ -154,22 +154,12 @@ class ChatUpstream:
         headers = dict(config.headers)
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
-        tls = httpx.create_ssl_context()  # one for all pools: loading the CA bundle is slow and large
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_EXPIRY)
-        plain = httpx.URL(config.base_url).scheme == "http"
-        self._pools = [
-            httpx.AsyncClient(
-                base_url=config.base_url,
-                headers=headers,
-                verify=tls,
-                timeout=httpx.Timeout(config.timeout, connect=config.connect_timeout),
-                limits=limits,
-                transport=PlainHTTPTransport(limits) if plain else None,
-            )
-            for _ in range(POOLS)
-        ]
-        self._client = self._pools[0]
-        self._turn = 0
+        self._engine = engine_http(config.base_url, headers, config.timeout, config.connect_timeout)
+        """Generations: the hot path."""
+        self._client = httpx.AsyncClient(
+            base_url=config.base_url, headers=headers, timeout=httpx.Timeout(config.timeout, connect=config.connect_timeout)
+        )
+        """Everything else (models, token counts, templates)."""
 
     @property
     def dialect(self) -> Dialect:
@@ -212,8 +202,8 @@ class ChatUpstream:
         return [str(model["id"]) for model in data if "id" in model]
 
     async def aclose(self) -> None:
-        for pool in self._pools:
-            await pool.aclose()
+        await self._engine.aclose()
+        await self._client.aclose()
 
     def render(self, request: GenerationRequest) -> dict[str, Any]:
         """The `/chat/completions` body for this engine."""
@@ -309,101 +299,76 @@ class ChatUpstream:
             if recording is not None:
                 await recording.save()
 
-    @asynccontextmanager
-    async def _posted(self, path: str, content: bytes) -> AsyncIterator[httpx.Response]:
-        """The engine's streamed answer to a POST, sent a second time if the connection broke
-        before any answer came — as when the engine closes a kept-alive connection just as it
-        is reused (then it never read the request)."""
-        for attempt in range(2):
-            self._turn = (self._turn + 1) % POOLS
-            client = self._pools[self._turn]
-            request = client.build_request("POST", path, content=content, headers=JSON_HEADERS)
-            try:
-                response = await client.send(request, stream=True)
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-                if attempt:
-                    raise
-                log.debug("upstream %s closed a connection before answering (%r); sending again", self.name, exc)
-                continue
-            break
-        try:
-            yield response
-        finally:
-            await response.aclose()
-
     async def _exchange(
         self, body: dict[str, Any], recording: Recording | None, request: GenerationRequest
     ) -> AsyncIterator[Event]:
         translator = ChunkTranslator(request, self.output_parsing(request.model))
         try:
-            async with self._posted("/chat/completions", json_body(body)) as response:
+            async with self._engine.post("/chat/completions", json_body(body)) as answer:
                 if recording:
-                    recording.status(response.status_code)
-                if response.status_code >= 400:
-                    text = (await response.aread()).decode("utf-8", "replace")
+                    recording.status(answer.status)
+                if answer.status >= 400:
+                    text = (await answer.read()).decode("utf-8", "replace")
                     if recording:
                         recording.error_body(text)
-                    yield upstream_error(response.status_code, text)
+                    yield upstream_error(answer.status, text)
                     return
-                if "text/event-stream" not in response.headers.get("content-type", ""):
+                if "text/event-stream" not in answer.content_type:
                     # An engine that ignored `stream: true` and answered with one completion.
-                    text = (await response.aread()).decode("utf-8", "replace")
+                    text = (await answer.read()).decode("utf-8", "replace")
                     if recording:
                         recording.chunk(text)
                     for event in translator.feed_completion(text):
                         yield event
                     return
-                lines = sse_data(response)
-                async for data in lines:
-                    if recording:
-                        recording.chunk(data)
-                    if data == "[DONE]":
+                batches = sse_data(answer.pieces())
+                done = False
+                async for batch in batches:
+                    for data in batch:
+                        if recording:
+                            recording.chunk(data)
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        for event in translator.feed_data(data):
+                            yield event
+                            if isinstance(event, Error):
+                                return
+                    if done:
                         break
-                    for event in translator.feed_data(data):
-                        yield event
-                        if isinstance(event, Error):
-                            return
                 try:
                     for event in translator.finish():
                         yield event
                 finally:
-                    await _read_to_end(lines)
+                    await read_to_end(batches)
         except httpx.TimeoutException:
             yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
         except httpx.HTTPError as exc:
             yield Error("server_error", f"upstream {self.name} failed: {exc!r}", 502)
 
 
-async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE body.
+async def sse_data(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[str]]:
+    """The `data:` payloads of an SSE body, a list for each piece of it that completes lines
+    (what one read brought: handled together, they cross the layers above at once).
 
     Lines end at LF (or CRLF) only: engines write raw UTF-8, and a U+2028 inside a JSON
     string is not a line break (httpx's `aiter_lines` would split there).
     """
     pending = b""
-    async for chunk in response.aiter_bytes():
-        pending += chunk
-        if b"\n" not in chunk:
+    async for piece in pieces:
+        if b"\n" not in piece:
+            pending += piece
             continue
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                yield line[5:].strip().decode("utf-8", "replace")
+        *lines, rest = (pending + piece).split(b"\n") if pending else piece.split(b"\n")
+        pending = rest
+        batch = [line[5:].strip().decode("utf-8", "replace") for line in lines if line.startswith(b"data:")]
+        if batch:
+            yield batch
     if pending.startswith(b"data:"):
-        yield pending[5:].strip().decode("utf-8", "replace")
+        yield [pending[5:].strip().decode("utf-8", "replace")]
 
 
 _DRAIN_SECONDS = 1.0
-
-POOLS = 8
-"""Connection pools per engine, taken in turn by generations. httpcore checks every idle
-connection of a pool (a poll system call each) whenever it hands one out or takes one back:
-with one pool at 64 concurrent requests that was a quarter of the server's time."""
-
-KEEPALIVE_EXPIRY = 4.0
-"""Seconds an idle connection to an engine is kept: less than the 5 s after which uvicorn
-(vLLM, SGLang) and cpp-httplib (llama.cpp) close one, so that a request is not sent on a
-connection the engine is closing."""
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -417,7 +382,7 @@ def json_body(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
-async def _read_to_end(lines: AsyncIterator[str]) -> None:
+async def read_to_end(lines: AsyncIterator[list[str]]) -> None:
     """Read what follows `[DONE]` — normally only the end of the body — so that the
     connection goes back to the pool instead of being closed (a new connection per
     request costs a connect and the engine's accept). An engine that keeps the body open

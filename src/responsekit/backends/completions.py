@@ -22,7 +22,7 @@ from ..events import Error, Event
 from ..grammars import Grammar
 from ..record import Recorder, Recording
 from ..templates import ChatTemplate, TemplateError, load_template
-from .chat_upstream import JSON_HEADERS, ChatUpstream, json_body, sse_data, upstream_error
+from .chat_upstream import JSON_HEADERS, ChatUpstream, json_body, read_to_end, sse_data, upstream_error
 from .prompting import ModelPrompting, Plan, text_chunk
 
 log = logging.getLogger(__name__)
@@ -167,30 +167,36 @@ class CompletionsUpstream(ChatUpstream):
     async def _stream(self, body: dict[str, Any], plan: Plan, recording: Recording | None) -> AsyncIterator[Event]:
         translator = plan.translator
         try:
-            async with self._client.stream("POST", "/completions", content=json_body(body),
-                                           headers=JSON_HEADERS) as response:  # fmt: skip
+            async with self._engine.post("/completions", json_body(body)) as answer:
                 if recording:
-                    recording.status(response.status_code)
-                if response.status_code >= 400:
-                    text = (await response.aread()).decode("utf-8", "replace")
+                    recording.status(answer.status)
+                if answer.status >= 400:
+                    text = (await answer.read()).decode("utf-8", "replace")
                     if recording:
                         recording.error_body(text)
-                    yield upstream_error(response.status_code, text)
+                    yield upstream_error(answer.status, text)
                     return
                 usage = False
                 pieces = 0
-                async for data in sse_data(response):
-                    if recording:
-                        recording.chunk(data)
-                    if data == "[DONE]":
+                batches = sse_data(answer.pieces())
+                done = False
+                async for batch in batches:
+                    for data in batch:
+                        if recording:
+                            recording.chunk(data)
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        chunk = _as_chat_chunk(data)
+                        usage = usage or "usage" in chunk
+                        pieces += sum(1 for choice in chunk["choices"] if choice["delta"]["content"]) if "choices" in chunk else 0
+                        for event in translator.feed(chunk):
+                            yield event
+                            if isinstance(event, Error):
+                                return
+                    if done:
+                        await read_to_end(batches)
                         break
-                    chunk = _as_chat_chunk(data)
-                    usage = usage or "usage" in chunk
-                    pieces += sum(1 for choice in chunk["choices"] if choice["delta"]["content"]) if "choices" in chunk else 0
-                    for event in translator.feed(chunk):
-                        yield event
-                        if isinstance(event, Error):
-                            return
                 if not usage:
                     for event in translator.feed(await self._counted_usage(plan, body["model"], pieces)):
                         yield event
