@@ -36,4 +36,10 @@ def authorize(connection: HTTPConnection) -> str:
     return owner
 
 
-Owner = Annotated[str, Depends(authorize)]
+async def _owner(connection: HTTPConnection) -> str:
+    """`authorize` as a dependency: asynchronous, since FastAPI runs a synchronous dependency
+    in its thread pool (a thread hop per request, for a hash and a set lookup)."""
+    return authorize(connection)
+
+
+Owner = Annotated[str, Depends(_owner)]
