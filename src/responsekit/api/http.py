@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, suppress
 from typing import Any, Protocol, TypeVar
 
@@ -215,16 +215,20 @@ class EventStreamResponse(StreamingResponse):
     wait unsent), so the frames made from one read of the engine's stream leave in one
     system call rather than one each, and the last batch carries the end of the body.
     No frame is ever held back: a batch goes out as soon as the producer has nothing more
-    at hand. When the client leaves, Starlette cancels the sending, which cancels the
-    producer, and with it the engine's request. (Each write to a client that is waiting
-    wakes it: on a virtual machine the wake-up costs more than the write.)
+    at hand. When the client leaves, the producer is cancelled, and with it the engine's
+    request. (Each write to a client that is waiting wakes it: on a virtual machine the
+    wake-up costs more than the write.)
+
+    Starlette's own streaming response runs the body and a disconnect listener in an anyio
+    task group, whose cancel scopes cost about a fifth of a streamed response's CPU time;
+    here the listener is a plain task that cancels the producer.
     """
 
     def __init__(self, frames: AsyncIterator[bytes], **options: Any) -> None:
         super().__init__(frames, **options)
         self._frames = frames
 
-    async def stream_response(self, send: Any) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         batch: list[bytes] = []
         size = 0
         finished = failed = False
@@ -249,6 +253,8 @@ class EventStreamResponse(StreamingResponse):
                 ready.set()
 
         producer = asyncio.create_task(produce())
+        listener = asyncio.create_task(_disconnected(receive))
+        listener.add_done_callback(lambda _: producer.cancel())
         started = False
         try:
             while True:
@@ -271,8 +277,11 @@ class EventStreamResponse(StreamingResponse):
                     await send({"type": "http.response.body", "body": body, "more_body": not last})
                 if done:
                     break
-            await producer  # its exception, if it failed
+            await asyncio.wait({producer})
+            if not (producer.cancelled() and listener.done()):  # unless the client left
+                producer.result()  # its exception, if it failed
         finally:
+            listener.cancel()
             if not producer.done():
                 producer.cancel()
                 await asyncio.wait({producer})
@@ -285,7 +294,7 @@ class ClientDisconnected(Exception):
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Run `work`, cancelling it (and so the upstream request) if the client disconnects."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request))
+    watcher = asyncio.ensure_future(_disconnected(request.receive))
     try:
         done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -298,8 +307,8 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+async def _disconnected(receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
