@@ -3,6 +3,10 @@
 Run in its own process so that it does not share a core with what is measured:
 `python bench/fake_engine.py --port 9100 --tokens 32`.
 
+With `--token-interval S`, each token takes S seconds, streamed or not (a non-streamed
+answer comes once all its tokens would have been generated), as a real engine's do;
+without it, answers cost nothing but their HTTP, and what a gateway adds is all there is.
+
 It serves two models: MODEL streams its whole answer at once; MODEL-hold sends the
 first token and then holds the stream open (for measuring what an open stream costs a
 gateway) until the client goes away or `--hold-seconds` pass.
@@ -21,7 +25,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 
-def build(tokens: int, model: str, hold_seconds: float = 600.0) -> Starlette:
+def build(tokens: int, model: str, hold_seconds: float = 600.0, interval: float = 0.0) -> Starlette:
     head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": model}
 
     def chunk(delta: dict, finish: str | None = None, **extra: object) -> bytes:
@@ -47,11 +51,15 @@ def build(tokens: int, model: str, hold_seconds: float = 600.0) -> Starlette:
     async def chat(request: Request) -> JSONResponse | StreamingResponse:
         body = await request.json()
         if not body.get("stream"):
+            if interval:
+                await asyncio.sleep(interval * tokens)
             return JSONResponse(completion)
         hold = body.get("model") == held
 
         async def stream():  # type: ignore[no-untyped-def]
             for position, frame in enumerate(frames):
+                if interval and 1 <= position <= tokens:
+                    await asyncio.sleep(interval)
                 yield frame
                 if hold and position == 1:
                     await asyncio.sleep(hold_seconds)
@@ -67,8 +75,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--model", default="bench-model")
     parser.add_argument("--hold-seconds", type=float, default=600.0)
+    parser.add_argument("--token-interval", type=float, default=0.0, help="seconds each token takes (default: none)")
     args = parser.parse_args()
-    app = build(args.tokens, args.model, args.hold_seconds)
+    app = build(args.tokens, args.model, args.hold_seconds, args.token_interval)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, backlog=4096)
 
 

@@ -1,7 +1,7 @@
 """What a gateway costs: the same load on a fast engine, directly and through gateways.
 
-`bench/fake_engine.py` runs in its own process and streams N-token chat answers at once.
-The same load — C keep-alive connections each sending the next request as soon as its
+`bench/fake_engine.py` runs in its own process and streams N-token chat answers, at once
+or, with `--token-interval`, at the pace of a fast real engine. The same load — C keep-alive connections each sending the next request as soon as its
 answer is complete, streaming and not, at C = 1, 8 and 64 — goes to the engine directly,
 through ResponseKit's `/v1/responses` (store false and true) and `/v1/chat/completions`,
 and, when they are installed in `bench/.peers/` (`make bench-peers`), through LiteLLM's
@@ -16,7 +16,8 @@ million streamed tokens (its whole process tree); its resident memory. Then 1,00
 engine sends one token and waits) and its memory per open stream is measured.
 
 Run: `.venv/bin/python bench/gateway.py` (`--help` for options); prints a Markdown section
-for bench/RESULTS.md and writes latency plots (PNG) next to this file.
+for bench/RESULTS.md and writes latency plots (PNG) next to this file (`--plots NAME`
+names them `NAME-stream.png` and `NAME-nonstream.png`).
 """
 
 from __future__ import annotations
@@ -403,7 +404,8 @@ async def benchmark(args: argparse.Namespace) -> None:
         engine_port = free_port()
         engine_url = f"http://127.0.0.1:{engine_port}/v1"
         engine = stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port",
-                                                        str(engine_port), "--tokens", str(args.tokens)],
+                                                        str(engine_port), "--tokens", str(args.tokens),
+                                                        "--token-interval", str(args.token_interval)],
                                              f"{engine_url}/models"))  # fmt: skip
         gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers)
         started = time.monotonic()
@@ -424,8 +426,8 @@ async def benchmark(args: argparse.Namespace) -> None:
                     print(f"{gateway.name}: {held[-1][1]}", file=sys.stderr, flush=True)
         minutes = (time.monotonic() - started) / 60
         args.load_after = os.getloadavg()[0]
-        plot(gateways, True, HERE / "gateway-stream.png")
-        plot(gateways, False, HERE / "gateway-nonstream.png")
+        plot(gateways, True, HERE / f"{args.plots}-stream.png")
+        plot(gateways, False, HERE / f"{args.plots}-nonstream.png")
     print(report(args, gateways, held, minutes))
 
 
@@ -435,7 +437,10 @@ def report(args: argparse.Namespace, gateways: list[Gateway], held: list[tuple[s
         "## Gateway overhead (`bench/gateway.py`)",
         "",
         f"`.venv/bin/python bench/gateway.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
-        f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
+        f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, "
+        + (f"{args.token_interval * 1000:g} ms a token (streamed or not), " if args.token_interval else
+           "sent at once (non-streamed: one canned JSON body), ")
+        + f"{args.seconds:g} s per cell after "
         f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine; "
         f"{minutes:.1f} minutes, load average {args.load_before:.2f} before and {args.load_after:.2f} after "
         "(the machine is shared with other work). \"first event\" is the time from sending the request to receiving "
@@ -456,18 +461,21 @@ def report(args: argparse.Namespace, gateways: list[Gateway], held: list[tuple[s
                 before, during = outcome
                 per = (during - before) / args.open_streams / 1024
                 lines.append(f"| {name} | {before / 2**20:.0f} | {during / 2**20:.0f} | {per:.1f} |")
-    lines += ["", "![streaming](gateway-stream.png)", "", "![non-streaming](gateway-nonstream.png)"]
+    lines += ["", f"![streaming]({args.plots}-stream.png)", "", f"![non-streaming]({args.plots}-nonstream.png)"]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=32, help="tokens per answer")
+    parser.add_argument("--token-interval", type=float, default=0.0,
+                        help="seconds the engine takes per token (default: none; answers are sent at once)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per cell")
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each cell")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--open-streams", type=int, default=1000, help="streams held open at once (0: skip)")
     parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")
+    parser.add_argument("--plots", default="gateway", help="the plots' file names: NAME-stream.png, NAME-nonstream.png")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the started processes on the way out
     uvloop.run(benchmark(args))
