@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from .database import Connection, Database
 from .migrations import migrate
 
@@ -103,7 +105,7 @@ class Store:
             if row is None or row[0] not in RUNNING:
                 return False
             inputs = [
-                json.loads(body)
+                _loads(body)
                 for (body,) in await db.fetch(
                     "SELECT body FROM response_items WHERE response_id = ? AND NOT output ORDER BY position",
                     response["id"],
@@ -138,7 +140,7 @@ class Store:
         row = await self.database.fetchrow(
             "SELECT body FROM responses WHERE id = ? AND owner = ?", response_id, owner
         )
-        return json.loads(row[0]) if row else None
+        return _loads(row[0]) if row else None
 
     async def delete_response(self, owner: str, response_id: str) -> bool:
         async with self.database.transaction() as db:
@@ -151,14 +153,14 @@ class Store:
     async def history(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
         """The items a continuation of this response builds on: every input and output of its chain."""
         rows = await self._chain(owner, response_id)
-        return None if rows is None else [json.loads(body) for _, _, body in rows]
+        return None if rows is None else [_loads(body) for _, _, body in rows]
 
     async def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
         """The items used to generate this response: its chain's items and its own inputs."""
         rows = await self._chain(owner, response_id)
         if rows is None:
             return None
-        return [json.loads(body) for rid, output, body in rows if not (rid == response_id and output)]
+        return [_loads(body) for rid, output, body in rows if not (rid == response_id and output)]
 
     async def _chain(self, owner: str, response_id: str) -> list[tuple[str, bool, str]] | None:
         rows = await self.database.fetch(
@@ -192,7 +194,7 @@ class Store:
                 item_id, owner,
             )  # fmt: skip
             if row is not None:
-                found[item_id] = json.loads(row[0])
+                found[item_id] = _loads(row[0])
         return found
 
     # --- events of background responses --------------------------------------------------
@@ -242,7 +244,7 @@ class Store:
         rows = await self.database.fetch(
             "SELECT body FROM responses WHERE status IN (?, ?) AND lease_until < ?", *RUNNING, now
         )
-        return [json.loads(row[0]) for row in rows]
+        return [_loads(row[0]) for row in rows]
 
     async def last_sequence(self, response_id: str) -> int:
         row = await self.database.fetchrow(
@@ -268,7 +270,7 @@ class Store:
         )
         if row is None:
             return None
-        return {"id": row[0], "object": "conversation", "created_at": int(row[1]), "metadata": json.loads(row[2])}
+        return {"id": row[0], "object": "conversation", "created_at": int(row[1]), "metadata": _loads(row[2])}
 
     async def update_conversation(self, owner: str, conversation_id: str, metadata: dict[str, str]) -> None:
         await self.database.execute(
@@ -304,7 +306,7 @@ class Store:
         rows = await self.database.fetch(
             "SELECT body FROM conversation_items WHERE conversation_id = ? ORDER BY position", conversation_id
         )
-        return [json.loads(row[0]) for row in rows]
+        return [_loads(row[0]) for row in rows]
 
     async def conversation_page(
         self, conversation_id: str, after: str | None, limit: int, order: Literal["asc", "desc"]
@@ -331,14 +333,14 @@ class Store:
                 "ORDER BY position DESC LIMIT ?",
                 conversation_id, position if position is not None else 2**62, limit + 1,
             )  # fmt: skip
-        items = [json.loads(row[0]) for row in rows]
+        items = [_loads(row[0]) for row in rows]
         return Page(items[:limit], len(items) > limit)
 
     async def get_conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
         row = await self.database.fetchrow(
             "SELECT body FROM conversation_items WHERE conversation_id = ? AND item_id = ?", conversation_id, item_id
         )
-        return json.loads(row[0]) if row else None
+        return _loads(row[0]) if row else None
 
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
         async with self.database.transaction() as db:
@@ -364,5 +366,18 @@ async def _insert_items(
         )
 
 
+def _loads(text: str) -> Any:
+    """Stored JSON text -> value: orjson, the standard library for what orjson refuses."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    """JSON text to store: orjson (a stored response's body and items are dumped on the hot
+    path), the standard library for what orjson refuses (a lone surrogate)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"))

@@ -1,11 +1,13 @@
 """SQLite, the embedded default: one file, WAL, one connection on one thread.
 
-The connection lives on a thread of its own (SQLite calls block). A transaction's writes
-are buffered and sent to that thread in one hop, with its BEGIN and COMMIT: under load each
-hop waits for a turn of the busy event loop (and for the GIL), and with a hop per statement
-the writer lock was held across several turns (streamed `store:true` responses at
-concurrency 64 in bench/gateway.py: about 160 req/s that way, 200-220 this way). A read
-inside a transaction sends the writes before it first.
+The connection lives on a thread of its own (SQLite calls block), and every hop to it
+costs a wake-up of that thread and of the event loop, and turns of the GIL between them.
+So a transaction's writes are buffered and sent in one hop, with its BEGIN and COMMIT,
+and the transactions that only write (storing a finished response, the common case)
+commit in groups: those that end while a group is being written go to the thread
+together, in one SQLite transaction, each inside a savepoint of its own so that one
+failing leaves the others whole. A transaction that reads takes the connection at its
+first read (writes buffered before it go first) and keeps it to its end.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class SQLiteDatabase:
         self._connection = connection
         self._thread = thread
         self._lock = asyncio.Lock()
+        self._queued: list[tuple[list[Statement], asyncio.Future[None]]] = []
+        """Write-only transactions waiting for the next group commit."""
+        self._committer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, path: Path) -> SQLiteDatabase:
@@ -47,24 +52,57 @@ class SQLiteDatabase:
         return cls(await thread.run(connect), thread)
 
     async def close(self) -> None:
+        if self._committer is not None:
+            await asyncio.wait({self._committer})
         async with self._lock:
             await self._thread.run(self._connection.close)
         self._thread.stop()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
-        async with self._lock:
-            batch = _Batch(self._connection, self._thread)
+        batch = _Batch(self._connection, self._thread, self._lock)
+        try:
             try:
                 yield batch
             except BaseException:
-                await self._thread.run(batch.rollback)
+                if batch.locked:
+                    await self._thread.run(batch.rollback)
                 raise
-            await self._thread.run(batch.commit)
+            if batch.locked:
+                await self._thread.run(batch.commit)
+        finally:
+            if batch.locked:
+                self._lock.release()
+        if not batch.locked and batch.pending:
+            await self._group_commit(batch.pending)
+
+    async def _group_commit(self, statements: list[Statement]) -> None:
+        """Commit these writes with the other write-only transactions ending about now."""
+        done = asyncio.get_running_loop().create_future()
+        self._queued.append((statements, done))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_queued())
+        await done  # (a caller cancelled here leaves its writes queued: they commit whole)
+
+    async def _commit_queued(self) -> None:
+        while self._queued:
+            async with self._lock:
+                group, self._queued = self._queued, []
+                try:
+                    outcomes = await self._thread.run(_commit_group, self._connection, [s for s, _ in group])
+                except BaseException as exc:  # the group's COMMIT failed: none of it was written
+                    outcomes = [exc] * len(group)
+            for (_, done), outcome in zip(group, outcomes):
+                if done.done():
+                    continue
+                if outcome is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(outcome)
 
     async def execute(self, sql: str, *args: Any) -> None:
-        async with self._lock:
-            await self._thread.run(lambda: self._connection.execute(sql, args).close())
+        async with self.transaction() as connection:
+            await connection.execute(sql, *args)
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         async with self.transaction() as connection:
@@ -79,28 +117,63 @@ class SQLiteDatabase:
         return rows[0] if rows else None
 
 
+def _commit_group(connection: sqlite3.Connection, group: list[list[Statement]]) -> list[BaseException | None]:
+    """On the database thread: the transactions of `group` in one SQLite transaction, each in
+    a savepoint; what each came to (None: written)."""
+    outcomes: list[BaseException | None] = []
+    connection.execute("BEGIN IMMEDIATE").close()
+    try:
+        for statements in group:
+            connection.execute("SAVEPOINT one").close()
+            try:
+                _run(connection, statements)
+            except Exception as exc:
+                connection.execute("ROLLBACK TO one").close()
+                outcomes.append(exc)
+            else:
+                outcomes.append(None)
+            connection.execute("RELEASE one").close()
+        connection.execute("COMMIT").close()
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK").close()
+        raise
+    return outcomes
+
+
+def _run(connection: sqlite3.Connection, statements: list[Statement]) -> None:
+    for sql, args, many in statements:
+        (connection.executemany(sql, args) if many else connection.execute(sql, args)).close()  # type: ignore[arg-type]
+
+
 class _Batch:
-    """The connection inside a transaction (the lock is held): writes wait for the next hop.
+    """The connection inside a transaction: writes wait in `pending`, for the commit or for
+    the transaction's first read, which takes the connection (the lock) to the end.
 
     Each hop's function runs whole on the database thread, so a cancelled caller cannot
     leave the transaction open or half-applied there.
     """
 
-    def __init__(self, connection: sqlite3.Connection, thread: DedicatedThread) -> None:
+    def __init__(self, connection: sqlite3.Connection, thread: DedicatedThread, lock: asyncio.Lock) -> None:
         self._connection = connection
         self._thread = thread
-        self._pending: list[Statement] = []
+        self._lock = lock
+        self.pending: list[Statement] = []
+        self.locked = False
 
     async def execute(self, sql: str, *args: Any) -> None:
-        self._pending.append((sql, args, False))
+        self.pending.append((sql, args, False))
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        self._pending.append((sql, rows, True))
+        self.pending.append((sql, rows, True))
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         def read() -> list[Row]:
             return self._connection.execute(sql, args).fetchall()
 
+        if not self.locked:
+            await self._lock.acquire()
+            self.locked = True
         return await self._thread.run(self._flush_then, read)
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
@@ -108,23 +181,22 @@ class _Batch:
         return rows[0] if rows else None
 
     def commit(self) -> None:
-        if self._pending or self._connection.in_transaction:
+        if self.pending or self._connection.in_transaction:
             self._flush_then(lambda: self._connection.execute("COMMIT").close())
 
     def rollback(self) -> None:
-        self._pending.clear()
+        self.pending.clear()
         if self._connection.in_transaction:
             self._connection.execute("ROLLBACK").close()
 
     def _flush_then(self, then: Callable[[], T]) -> T:
         """On the database thread: BEGIN if not yet, the buffered writes, then `then`."""
-        pending, self._pending = self._pending, []
+        pending, self.pending = self.pending, []
         connection = self._connection
         try:
             if not connection.in_transaction:
                 connection.execute("BEGIN IMMEDIATE").close()
-            for sql, args, many in pending:
-                (connection.executemany(sql, args) if many else connection.execute(sql, args)).close()
+            _run(connection, pending)
             return then()
         except BaseException:
             if connection.in_transaction:
