@@ -8,12 +8,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...auth import Owner
+from ...auth import authorize
 from ..http import (
     SSE_DONE,
     drain,
     event_stream,
-    json_body,
+    plain_post,
     raise_for_error,
     read_body,
     rendered,
@@ -26,8 +26,9 @@ from .request import CreateChatCompletion, translate
 router = APIRouter()
 
 
-@router.post("/chat/completions", openapi_extra=json_body(CreateChatCompletion))
-async def create_chat_completion(request: Request, owner: Owner) -> Response:
+@plain_post(router, "/chat/completions", CreateChatCompletion)
+async def create_chat_completion(request: Request) -> Response:
+    authorize(request)
     body = await read_body(request, CreateChatCompletion)
     generation = translate(body)
     upstream, generation.model = await request.app.state.router.resolve(body.model)

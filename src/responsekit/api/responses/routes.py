@@ -11,13 +11,22 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...auth import Owner
+from ...auth import Owner, authorize
 from ...errors import APIError
 from ...ids import new_id
 from ...items import normalize_items
 from ...orchestrator import Orchestrator
 from ...store import RUNNING, paginate
-from ..http import SSE_DONE, event_stream, json_body, raise_for_error, read_body, sse_event, unless_disconnected
+from ..http import (
+    SSE_DONE,
+    event_stream,
+    json_body,
+    plain_post,
+    raise_for_error,
+    read_body,
+    sse_event,
+    unless_disconnected,
+)
 from .render import usage_object
 from .request import CreateResponse
 
@@ -31,8 +40,9 @@ def orchestrator(request: Request) -> Orchestrator:
     return request.app.state.orchestrator
 
 
-@router.post("/responses", openapi_extra=json_body(CreateResponse))
-async def create_response(request: Request, owner: Owner) -> Response:
+@plain_post(router, "/responses", CreateResponse)
+async def create_response(request: Request) -> Response:
+    owner = authorize(request)
     body = await read_body(request, CreateResponse)
     limit = request.app.state.settings.max_input_items
     if len(body.input_items) > limit:
