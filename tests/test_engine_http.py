@@ -324,3 +324,23 @@ def test_it_runs_on_uvloop_as_the_server_does() -> None:
             assert await post(http) == (200, "", b"ok")
 
     uvloop.run(main())
+
+
+def test_an_answer_that_keeps_arriving_never_times_out_however_long_it_takes() -> None:
+    """The read timeout is the longest silence, not the answer's whole time."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(12):
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def main() -> None:
+        async with engine(handler) as url, client(url, timeout=0.35) as http:
+            assert await post(http) == (200, "", b"x" * 12)  # 1.2 s in all, never 0.35 s silent
+
+    asyncio.run(main())

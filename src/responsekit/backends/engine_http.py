@@ -73,11 +73,15 @@ class _Exchange:
     """One request's answer as the connection receives it."""
 
     __slots__ = ("status", "content_type", "_connection", "_chunks", "_buffered", "_head", "complete",
-                 "_error", "_waiter", "received", "_timeout", "_length_known")  # fmt: skip
+                 "_error", "_waiter", "received", "_timeout", "_length_known", "_loop", "_timer",
+                 "_waiting_since")  # fmt: skip
 
     def __init__(self, connection: _Connection, timeout: float) -> None:
         self._connection = connection
         self._timeout = timeout
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting_since = 0.0
         self.status = 0
         self.content_type = ""
         self._chunks: deque[bytes] = deque()
@@ -127,14 +131,34 @@ class _Exchange:
     # -- the reader's side --
 
     async def _wait(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(self._timeout, _time_out, waiter, self._timeout)
+        self._waiting_since = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_at(self._waiting_since + self._timeout, self._watch)
         try:
             await waiter
         finally:
             self._waiter = None
-            timer.cancel()
+
+    def _watch(self) -> None:
+        """The read timeout: one timer for the exchange, moved on while the answer keeps
+        arriving, rather than one set and cancelled for each piece."""
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self._timer = None  # the next wait sets one
+            return
+        due = self._waiting_since + self._timeout
+        if self._loop.time() < due:
+            self._timer = self._loop.call_at(due, self._watch)
+            return
+        self._timer = None
+        waiter.set_exception(httpx.ReadTimeout(f"the engine sent nothing for {self._timeout:g} s"))
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def head(self) -> None:
         while not self._head:
@@ -160,11 +184,6 @@ class _Exchange:
 
     async def read(self) -> bytes:
         return b"".join([piece async for piece in self.pieces()])
-
-
-def _time_out(waiter: asyncio.Future[None], timeout: float) -> None:
-    if not waiter.done():
-        waiter.set_exception(httpx.ReadTimeout(f"the engine sent nothing for {timeout:g} s"))
 
 
 class _Connection(asyncio.Protocol):
@@ -366,6 +385,8 @@ class PlainEngine:
     def _end(self, connection: _Connection) -> None:
         """The exchange is over: the connection goes back to the pool, or is closed."""
         exchange, connection.exchange = connection.exchange, None
+        if exchange is not None:
+            exchange.close()
         if connection.closed or exchange is None or not exchange.complete or len(self._idle) >= MAX_IDLE:
             connection.close()
             self._open.discard(connection)
