@@ -260,28 +260,32 @@ class EventStreamResponse(StreamingResponse):
         self._frames = frames
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        loop = asyncio.get_running_loop()
         batch: list[bytes] = []
         size = 0
         finished = failed = False
-        ready, room = asyncio.Event(), asyncio.Event()
-        room.set()
+        ready: asyncio.Future[None] | None = None
+        """Set while the writer waits for frames (bare futures: an `asyncio.Event` costs a
+        future and a loop lookup on every wait, and these wait for every token)."""
+        room: asyncio.Future[None] | None = None
+        """Set while the producer waits for the writer to take a full batch."""
 
         async def produce() -> None:
-            nonlocal size, finished, failed
+            nonlocal size, finished, failed, room
             try:
                 async for frame in self._frames:
                     batch.append(frame)
                     size += len(frame)
-                    ready.set()
+                    _wake(ready)
                     if size >= COALESCE_LIMIT:
-                        room.clear()
-                        await room.wait()
+                        room = loop.create_future()
+                        await room
             except BaseException:
                 failed = True
                 raise
             finally:
                 finished = True
-                ready.set()
+                _wake(ready)
 
         producer = asyncio.create_task(produce())
         listener = asyncio.create_task(_disconnected(receive))
@@ -290,13 +294,14 @@ class EventStreamResponse(StreamingResponse):
         try:
             while True:
                 if not batch and not finished:
-                    ready.clear()
-                    await ready.wait()
+                    ready = loop.create_future()
+                    await ready
+                    ready = None
                 done = finished  # then every frame is in the batch taken now
                 body = batch[0] if len(batch) == 1 else b"".join(batch)
                 batch.clear()
                 size = 0
-                room.set()
+                _wake(room)
                 last = done and not failed
                 if body or last:
                     if not started:
@@ -316,6 +321,11 @@ class EventStreamResponse(StreamingResponse):
             if not producer.done():
                 producer.cancel()
                 await asyncio.wait({producer})
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 class ClientDisconnected(Exception):
