@@ -44,6 +44,9 @@ def build(tokens: int, model: str, hold_seconds: float = 600.0, interval: float 
     }  # fmt: skip
     held = f"{model}-hold"
 
+    def loop_time() -> float:
+        return asyncio.get_running_loop().time()
+
     async def models(request: Request) -> JSONResponse:
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "bench"} for name in (model, held)]
         return JSONResponse({"object": "list", "data": data})
@@ -57,9 +60,12 @@ def build(tokens: int, model: str, hold_seconds: float = 600.0, interval: float 
         hold = body.get("model") == held
 
         async def stream():  # type: ignore[no-untyped-def]
+            start = loop_time()
             for position, frame in enumerate(frames):
                 if interval and 1 <= position <= tokens:
-                    await asyncio.sleep(interval)
+                    # Token n is due n intervals after the start: the event loop's timers are
+                    # coarser than an interval, but the answer takes exactly its time.
+                    await asyncio.sleep(max(0.0, start + position * interval - loop_time()))
                 yield frame
                 if hold and position == 1:
                     await asyncio.sleep(hold_seconds)
