@@ -103,6 +103,10 @@ def test_limits_hold_on_every_endpoint_that_reads_a_body(limited, upstream):
     answer = httpx.post(f"{limited}/responses", content=b'{"model": "test-model", "input": "half \\ud800 pair"}')
     assert answer.status_code == 200 and answer.json()["output_text"] == "fine"
     assert upstream.requests[-1]["messages"][-1]["content"] == "half \ud800 pair", "passed on escaped"
+    echoed = b'{"model": "test-model", "input": "x", "instructions": "lone \\ud800"}'  # echoed in the Response
+    upstream.push(text_exchange("fine"))
+    answer = httpx.post(f"{limited}/responses", content=echoed)
+    assert answer.status_code == 200 and answer.json()["instructions"] == "lone \ud800"
     chat = b'{"model": "test-model", "messages": [{"role": "user", "content": "\\udfff"}]}'
     assert httpx.post(f"{limited}/chat/completions", content=chat).status_code == 200
     count = httpx.post(f"{limited}/responses/input_tokens", content=b'{"model": "test-model", "input": "\\ud800"}')

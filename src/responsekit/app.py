@@ -13,7 +13,7 @@ from .api import conversations, models
 from .api import files as files_api
 from .api import vector_stores as vector_stores_api
 from .api.chat import routes as chat
-from .api.http import install_error_handlers
+from .api.http import JSONResponse, install_error_handlers
 from .api.responses import routes as responses
 from .api.responses import websocket
 from .auth import key_hash
@@ -66,7 +66,7 @@ def create_app(settings: Settings) -> FastAPI:
             await app.state.vector_stores.close()
             await store.close()
 
-    app = FastAPI(title="ResponseKit", version=__version__, lifespan=lifespan)
+    app = FastAPI(title="ResponseKit", version=__version__, lifespan=lifespan, default_response_class=JSONResponse)
     app.state.settings = settings
     app.state.router = router
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)

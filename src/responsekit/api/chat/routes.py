@@ -6,11 +6,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from ...auth import authorize
 from ..http import (
     SSE_DONE,
+    JSONResponse,
     drain,
     event_stream,
     plain_post,

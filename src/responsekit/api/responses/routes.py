@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...auth import Owner, authorize
@@ -19,6 +19,7 @@ from ...orchestrator import Orchestrator
 from ...store import RUNNING, paginate
 from ..http import (
     SSE_DONE,
+    JSONResponse,
     event_stream,
     json_body,
     plain_post,
