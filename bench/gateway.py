@@ -1,23 +1,28 @@
 """What a gateway costs: the same load on a fast engine, directly and through gateways.
 
-`bench/fake_engine.py` runs in its own process and streams N-token chat answers, at once
-or, with `--token-interval`, at the pace of a fast real engine. The same load — C keep-alive connections each sending the next request as soon as its
-answer is complete, streaming and not, at C = 1, 8 and 64 — goes to the engine directly,
-through ResponseKit's `/v1/responses` (store false and true) and `/v1/chat/completions`,
-and, when they are installed in `bench/.peers/` (`make bench-peers`), through LiteLLM's
-proxy (`/v1/responses` in `use_chat_completions_api` bridge mode) and llama-stack's
+`bench/fake_engine.py` runs in its own process and streams N-token chat answers. The same
+load — C keep-alive connections each sending the next request as soon as its answer is
+complete, streaming and not, at C = 1, 8 and 64 — goes to the engine directly, through
+ResponseKit's `/v1/responses` (store false and true) and `/v1/chat/completions`, and,
+when they are installed in `bench/.peers/` (`make bench-peers`), through LiteLLM's proxy
+(`/v1/responses` in `use_chat_completions_api` bridge mode) and llama-stack's
 `/v1/responses`. All run at once and the targets take turns cell by cell, so a change in
 the machine's background load falls on all of them alike.
+
+Two runs by default: the engine sends each answer at once (it costs nothing but its HTTP,
+so what a gateway adds is all there is; its non-streamed answer is one canned JSON body),
+then at a fast engine's pace (`PACE` a token, streamed or not).
 
 Measured per cell: requests/s; time to the first event (the first bytes of the body) and
 to the first token (the first word; for a non-streaming answer both are the whole answer),
 p50/p99, and what a gateway adds to the direct figures; the gateway's CPU seconds per
-million streamed tokens (its whole process tree); its resident memory. Then 1,000 streams are held open through each gateway (the
-engine sends one token and waits) and its memory per open stream is measured.
+million streamed tokens (its whole process tree); its resident memory. In the first run,
+1,000 streams are then held open through each gateway (the engine sends one token and
+waits) and its memory per open stream is measured.
 
 Run: `.venv/bin/python bench/gateway.py` (`--help` for options); prints a Markdown section
-for bench/RESULTS.md and writes latency plots (PNG) next to this file (`--plots NAME`
-names them `NAME-stream.png` and `NAME-nonstream.png`).
+for bench/RESULTS.md and writes latency plots (PNG) next to this file
+(`gateway-stream.png`, `gateway-nonstream.png`, and `gateway-paced-…` for the paced run).
 """
 
 from __future__ import annotations
@@ -398,18 +403,35 @@ def _tiktoken_cache(data: Path) -> Path:
     return cache
 
 
-async def benchmark(args: argparse.Namespace) -> None:
+PACE = 0.0014
+"""Seconds a token takes in the paced run: a fast engine's pace (about 700 tokens/s a stream),
+at which 32-token answers at concurrency 8 come directly at about 175 requests/s."""
+
+
+@dataclass
+class Run:
+    """One run of the whole table: the engine's pace, and what it found."""
+
+    interval: float
+    plots: str
+    gateways: list[Gateway] = field(default_factory=list)
+    held: list[tuple[str, tuple[int, int] | str]] = field(default_factory=list)
+    minutes: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)
+
+
+async def benchmark(args: argparse.Namespace, run: Run, open_streams_count: int) -> None:
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         data = Path(tmp)
         engine_port = free_port()
         engine_url = f"http://127.0.0.1:{engine_port}/v1"
         engine = stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port",
                                                         str(engine_port), "--tokens", str(args.tokens),
-                                                        "--token-interval", str(args.token_interval)],
+                                                        "--token-interval", str(run.interval)],
                                              f"{engine_url}/models"))  # fmt: skip
-        gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers)
+        run.gateways = gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers)
         started = time.monotonic()
-        args.load_before = os.getloadavg()[0]
+        load_before = os.getloadavg()[0]
         for stream in (True, False):
             for concurrency in args.concurrency:
                 for gateway in gateways:
@@ -418,67 +440,78 @@ async def benchmark(args: argparse.Namespace) -> None:
                     print(f"{gateway.name:36} stream={stream!s:5} C={concurrency:<3} {cell.rate:7.0f} req/s "
                           f"first event p50 {cell.first_event(0.5):7.2f} ms, token {cell.first_token(0.5):7.2f} ms  "
                           f"errors {cell.errors}", file=sys.stderr, flush=True)  # fmt: skip
-        held: list[tuple[str, tuple[int, int] | str]] = []
-        if args.open_streams:
+        if open_streams_count:
             for gateway in gateways[1:]:
                 if gateway.hold_model and gateway.pid:
-                    held.append((gateway.name, await open_streams(gateway, args.open_streams)))
-                    print(f"{gateway.name}: {held[-1][1]}", file=sys.stderr, flush=True)
-        minutes = (time.monotonic() - started) / 60
-        args.load_after = os.getloadavg()[0]
-        plot(gateways, True, HERE / f"{args.plots}-stream.png")
-        plot(gateways, False, HERE / f"{args.plots}-nonstream.png")
-    print(report(args, gateways, held, minutes))
+                    run.held.append((gateway.name, await open_streams(gateway, open_streams_count)))
+                    print(f"{gateway.name}: {run.held[-1][1]}", file=sys.stderr, flush=True)
+        run.minutes = (time.monotonic() - started) / 60
+        run.load = (load_before, os.getloadavg()[0])
+        plot(gateways, True, HERE / f"{run.plots}-stream.png")
+        plot(gateways, False, HERE / f"{run.plots}-nonstream.png")
 
 
-def report(args: argparse.Namespace, gateways: list[Gateway], held: list[tuple[str, tuple[int, int] | str]],
-           minutes: float) -> str:  # fmt: skip
+def report(args: argparse.Namespace, runs: list[Run]) -> str:
     lines = [
         "## Gateway overhead (`bench/gateway.py`)",
         "",
         f"`.venv/bin/python bench/gateway.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
-        f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, "
-        + (f"{args.token_interval * 1000:g} ms a token (streamed or not), " if args.token_interval else
-           "sent at once (non-streamed: one canned JSON body), ")
-        + f"{args.seconds:g} s per cell after "
-        f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine; "
-        f"{minutes:.1f} minutes, load average {args.load_before:.2f} before and {args.load_after:.2f} after "
-        "(the machine is shared with other work). \"first event\" is the time from sending the request to receiving "
-        "the first bytes of the body (the engine's first chunk, a gateway's first event); \"first token\" to receiving "
-        "the first word (non-streaming, both are the whole answer); \"added\" is the difference from the direct row "
-        "at the same concurrency (p50 / p99); CPU and RSS are the gateway's process tree (on the direct row, the engine's).",
-        "",
-        table(gateways, args.tokens),
+        f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
+        f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine. "
+        "\"first event\" is the time from sending the request to receiving the first bytes of the body (the "
+        "engine's first chunk, a gateway's first event); \"first token\" to receiving the first word (non-streaming, "
+        "both are the whole answer); \"added\" is the difference from the direct row at the same concurrency "
+        "(p50 / p99); CPU and RSS are the gateway's process tree (on the direct row, the engine's).",
     ]
-    if held:
-        lines += ["", f"{args.open_streams:,} streams held open at once (each has received its first token):", "",
-                  "| gateway | RSS before MiB | RSS with the streams open MiB | KiB per open stream |",
-                  "|---|---:|---:|---:|"]  # fmt: skip
-        for name, outcome in held:
-            if isinstance(outcome, str):
-                lines.append(f"| {name} | — | failed: {outcome} | — |")
-            else:
-                before, during = outcome
-                per = (during - before) / args.open_streams / 1024
-                lines.append(f"| {name} | {before / 2**20:.0f} | {during / 2**20:.0f} | {per:.1f} |")
-    lines += ["", f"![streaming]({args.plots}-stream.png)", "", f"![non-streaming]({args.plots}-nonstream.png)"]
+    for run in runs:
+        pace = (f"{run.interval * 1000:g} ms a token, streamed or not" if run.interval else
+                "answers sent at once (non-streamed: one canned JSON body)")  # fmt: skip
+        lines += [
+            "",
+            f"### Engine: {pace}",
+            "",
+            f"{run.minutes:.1f} minutes, load average {run.load[0]:.2f} before and {run.load[1]:.2f} after "
+            "(the machine is shared with other work).",
+            "",
+            table(run.gateways, args.tokens),
+        ]
+        if run.held:
+            lines += ["", f"{args.open_streams:,} streams held open at once (each has received its first token):", "",
+                      "| gateway | RSS before MiB | RSS with the streams open MiB | KiB per open stream |",
+                      "|---|---:|---:|---:|"]  # fmt: skip
+            for name, outcome in run.held:
+                if isinstance(outcome, str):
+                    lines.append(f"| {name} | — | failed: {outcome} | — |")
+                else:
+                    before, during = outcome
+                    per = (during - before) / args.open_streams / 1024
+                    lines.append(f"| {name} | {before / 2**20:.0f} | {during / 2**20:.0f} | {per:.1f} |")
+        lines += ["", f"![streaming]({run.plots}-stream.png)", "", f"![non-streaming]({run.plots}-nonstream.png)"]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=32, help="tokens per answer")
-    parser.add_argument("--token-interval", type=float, default=0.0,
-                        help="seconds the engine takes per token (default: none; answers are sent at once)")
+    parser.add_argument("--token-interval", type=float, nargs="+", default=[0.0, PACE],
+                        help=f"seconds the engine takes per token, a run each (default: 0, at once, and {PACE})")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per cell")
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each cell")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
-    parser.add_argument("--open-streams", type=int, default=1000, help="streams held open at once (0: skip)")
+    parser.add_argument("--open-streams", type=int, default=1000,
+                        help="streams held open at once, in the first run (0: skip)")
     parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")
-    parser.add_argument("--plots", default="gateway", help="the plots' file names: NAME-stream.png, NAME-nonstream.png")
+    parser.add_argument("--plots", default="gateway",
+                        help="the plots' file names: NAME-stream.png, NAME-nonstream.png (paced runs: NAME-paced…)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the started processes on the way out
-    uvloop.run(benchmark(args))
+    runs = []
+    for position, interval in enumerate(args.token_interval):
+        plots = args.plots if not interval else f"{args.plots}-paced" if interval == PACE else \
+            f"{args.plots}-paced-{interval * 1000:g}ms"
+        runs.append(Run(interval, plots))
+        uvloop.run(benchmark(args, runs[-1], args.open_streams if position == 0 else 0))
+    print(report(args, runs))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ endpoint with the load generator of bench/gateway.py, samples the server with py
 (`pip install -e '.[bench]'`; needs ptrace rights, e.g. root) and prints the time by
 package and the hottest lines. Worker threads (SQLite's, the thread pool's) are left
 out: the event loop's thread is the one that limits throughput.
-Run: `.venv/bin/python bench/profile_gateway.py [--path /v1/chat/completions] [--store]`.
+Run: `.venv/bin/python bench/profile_gateway.py [--path /v1/chat/completions] [--store]
+[--token-interval 0.0014]`.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--token-interval", type=float, default=0.0, help="seconds the engine takes per token")
     parser.add_argument("--no-stream", action="store_true")
     parser.add_argument("--store", action="store_true", help="/v1/responses with store:true")
     parser.add_argument("--log-level", default="info", help="the server's (info writes an access line per request)")
@@ -72,7 +74,8 @@ def main() -> None:
         engine_port, port = free_port(), free_port()
         engine = f"http://127.0.0.1:{engine_port}/v1"
         stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port", str(engine_port),
-                                               "--tokens", str(args.tokens)], f"{engine}/models"))  # fmt: skip
+                                               "--tokens", str(args.tokens), "--token-interval", str(args.token_interval)],
+                                    f"{engine}/models"))  # fmt: skip
         server = stack.enter_context(service("responsekit", [
             sys.executable, "-m", "responsekit", "serve", "--upstream", f"bench={engine}", "--no-probe", "--port",
             str(port), "--data-dir", tmp, "--log-level", args.log_level], f"http://127.0.0.1:{port}/health"))  # fmt: skip
