@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -110,8 +111,15 @@ def serve(
         raise typer.BadParameter(str(exc)) from None
     level = settings.log_level.upper()
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)], force=True)
+    application = create_app(settings)
+    # What is loaded by now (modules, classes, the app: ~130k objects) stays for the process's
+    # life: left out of garbage collection. Under load, requests in flight push the collector
+    # into full collections, and each walked all of them: ~95 ms apiece, 17 in 20 s of 64
+    # concurrent streams (8% of the time, a stall of every stream each time); now ~8 ms.
+    gc.collect()
+    gc.freeze()
     uvicorn.run(
-        create_app(settings),
+        application,
         host=settings.listen_host,
         port=settings.port,
         log_level=settings.log_level.lower(),
