@@ -62,6 +62,13 @@ FAULTS: dict[str, tuple[dict[str, Any] | None, str, str | None, int]] = {
                                     "exceed_context_size_error"), "failed", "context_length_exceeded", 400),  # fmt: skip
     "malformed_sse": (_started({"t": 0, "data": '{"choices": [{"delta": {"content": "x"'}), "failed", "server_error",
                       502),  # fmt: skip
+    "misshapen_chunk": (_started({"t": 0, "data": {"choices": [{"index": 0, "delta": "not an object"}]}}), "failed",
+                        "server_error", 502),  # fmt: skip
+    "misshapen_choices": (_started({"t": 0, "data": {"choices": ["not an object"], "usage": 7}}), "failed",
+                          "server_error", 502),  # fmt: skip
+    "misshapen_calls": (_started(_chunk({"tool_calls": [{"index": [0], "id": 7, "function": {"name": 3}}]},
+                                        finish=["stop"]), _chunk({"tool_calls": ["x"]})), "failed", "server_error",
+                        502),  # fmt: skip
     "invalid_tool_arguments": (_bad_arguments(), "failed", "server_error", 502),
     "trickle": ({**text_exchange(TRICKLED, pieces=5), "trickle": 0.0005}, "completed", None, 200),
 }

@@ -11,11 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from responsekit.backends.chat_upstream import ChunkTranslator, OutputParsing
 from responsekit.config import Settings, UpstreamConfig, load_settings
 from responsekit.conversation import FunctionTool, GenerationRequest, Message, TextPart
-from responsekit.events import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from responsekit.events import Error, Finish, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from responsekit.parsing import get_parser
 
 from .harness import check_chat_chunk, check_chat_completion, check_response, check_stream, read_sse
@@ -312,3 +315,28 @@ def test_toml_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     config.write_text('[[upstreams]]\nbase_url = "http://x/v1"\nparser = "qwen3_xml"\n')
     with pytest.raises(ValueError, match="unknown parser format 'qwen3_xml'; known formats: .*qwen3_coder_xml"):
         load_settings(config)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(
+        st.sampled_from(["choices", "delta", "message", "content", "reasoning_content", "tool_calls", "index", "id",
+                         "function", "name", "arguments", "finish_reason", "usage", "prompt_tokens",
+                         "completion_tokens_details", "refusal", "error", "code", "x"]),
+        children, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+"""JSON values shaped like chat chunks often enough to reach every branch, wrong everywhere else."""
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(chunks=st.lists(_JSON, min_size=1, max_size=4), parsed=st.booleans())
+def test_any_json_from_an_engine_becomes_events_or_an_error_never_an_exception(chunks: list[Any], parsed: bool) -> None:
+    request = GenerationRequest(model="m", messages=[Message("user", [TextPart("x")])],
+                                tools=[FunctionTool("get_weather", None, WEATHER["parameters"])])  # fmt: skip
+    translator = ChunkTranslator(request, OutputParsing(parser=get_parser("hermes_json") if parsed else None))
+    for chunk in chunks:
+        events = translator.feed_data(json.dumps(chunk))
+        if events and isinstance(events[-1], Error):
+            return
+    assert isinstance(translator.finish()[-1], (Finish, Error))

@@ -437,15 +437,6 @@ def _render_content(message: Message) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _loads(data: str) -> Any:
-    """JSON text -> value: orjson (a chunk's parse is a twentieth of a streamed request's CPU),
-    the stdlib for what orjson refuses and engines may write (NaN, a lone surrogate)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
 class ChunkTranslator:
     """Turns one stream of `chat.completion.chunk` payloads into canonical events.
 
@@ -475,9 +466,12 @@ class ChunkTranslator:
 
     def feed_data(self, data: str) -> list[Event]:
         try:
-            chunk = _loads(data)
-        except ValueError:
-            return [Error("server_error", f"upstream sent malformed data: {data[:200]!r}", 502)]
+            chunk = orjson.loads(data)  # a chunk's parse is a twentieth of a streamed request's CPU
+        except orjson.JSONDecodeError:
+            try:  # what orjson refuses and engines may write: NaN, a lone surrogate
+                chunk = json.loads(data)
+            except ValueError:
+                chunk = None
         if not isinstance(chunk, dict):
             return [Error("server_error", f"upstream sent malformed data: {data[:200]!r}", 502)]
         return self.feed(chunk)
@@ -490,7 +484,10 @@ class ChunkTranslator:
         return events + self.finish()
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:
-        return self._filtered(self._feed(chunk))
+        try:
+            return self._filtered(self._feed(chunk))
+        except _Misshapen as exc:
+            return [Error("server_error", f"upstream sent a malformed chunk ({exc}): {str(chunk)[:200]}", 502)]
 
     def _feed(self, chunk: dict[str, Any]) -> list[Event]:
         error = chunk.get("error")
@@ -501,10 +498,17 @@ class ChunkTranslator:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = _usage(usage, chunk.get("timings"))
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise _Misshapen("choices is not a list")
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise _Misshapen("a choice is not an object")
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or choice.get("message") or {}
+            if not isinstance(delta, dict):
+                raise _Misshapen("a delta is not an object")
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
                 self._output_chars += len(reasoning)
@@ -520,24 +524,31 @@ class ChunkTranslator:
             if isinstance(refusal, str) and refusal:
                 self._output_chars += len(refusal)
                 events.append(RefusalDelta(refusal))
-            for position, call in enumerate(delta.get("tool_calls") or ()):
+            calls = delta.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise _Misshapen("tool_calls is not a list")
+            for position, call in enumerate(calls):
                 events.extend(self._tool_call(position, call))
             reason = choice.get("finish_reason")
             if reason:
-                self._finish = _FINISH_REASONS.get(reason, "stop")
+                self._finish = _FINISH_REASONS.get(reason, "stop") if isinstance(reason, str) else "stop"
         return events
 
-    def _tool_call(self, position: int, call: dict[str, Any]) -> list[Event]:
+    def _tool_call(self, position: int, call: Any) -> list[Event]:
+        function = (call.get("function") or {}) if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise _Misshapen("a tool call or its function is not an object")
         key = call.get("index")
         if key is None:
             key = call.get("id") or f"position-{position}-{self._next_index}"
-        function = call.get("function") or {}
+        if not isinstance(key, (int, str)):
+            raise _Misshapen("a tool call's index is neither a number nor a string")
         state = self._calls.get(key)
         if state is None:
-            state = self._calls[key] = _Call(call.get("id") or new_id("call"))
+            state = self._calls[key] = _Call(str(call.get("id") or new_id("call")))
         events: list[Event] = []
         name = function.get("name")
-        if state.index is None and name:
+        if state.index is None and isinstance(name, str) and name:
             state.index = self._next_index
             self._next_index += 1
             events.append(ToolCallStart(state.index, state.id, name))
@@ -600,18 +611,27 @@ class _Call:
     """Argument fragments that arrived before the call's name."""
 
 
+class _Misshapen(Exception):
+    """A chunk that is JSON but not in the shape of a chat chunk."""
+
+
 def _usage(usage: dict[str, Any], timings: Any) -> Usage:
     prompt_details = usage.get("prompt_tokens_details") or {}
     completion_details = usage.get("completion_tokens_details") or {}
+    if not isinstance(prompt_details, dict) or not isinstance(completion_details, dict):
+        raise _Misshapen("usage details are not objects")
     cached = prompt_details.get("cached_tokens")
     if cached is None and isinstance(timings, dict):
         cached = timings.get("cache_n")
-    return Usage(
-        input_tokens=int(usage.get("prompt_tokens") or 0),
-        output_tokens=int(usage.get("completion_tokens") or 0),
-        cached_tokens=int(cached or 0),
-        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
-    )
+    try:
+        return Usage(
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+            cached_tokens=int(cached or 0),
+            reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+        )
+    except (TypeError, ValueError):
+        raise _Misshapen("a token count is not a number") from None
 
 
 def _drop_none(**values: Any) -> dict[str, Any]:
