@@ -109,3 +109,25 @@ def test_a_caller_cancelled_while_its_writes_wait_still_commits_them_whole(tmp_p
             await database.close()
 
     assert asyncio.run(main()) == [5, 6, 7]
+
+
+def test_stored_json_comes_back_exactly(tmp_path: Path) -> None:
+    """Written with orjson where it can (big integers and lone surrogates it refuses go through
+    the standard library), read back value for value."""
+    from responsekit.store import Store
+
+    response = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "background": False,
+                "output": [{"id": "msg_1", "type": "message", "text": "caf\u00e9 \U0001F680 \ud800"}],
+                "tools": [{"type": "function", "name": "f", "parameters": {"maximum": 2**70, "minimum": -(2**63)}}]}  # fmt: skip
+    inputs = [{"id": "msg_0", "type": "message", "role": "user", "content": "\u2028 x"}]
+
+    async def main() -> tuple[dict | None, list | None]:  # type: ignore[type-arg]
+        store = await Store.open(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            await store.save_response("", response, inputs)
+            return await store.get_response("", "resp_1"), await store.input_items("", "resp_1")
+        finally:
+            await store.close()
+
+    stored, items = asyncio.run(main())
+    assert stored == response and items == inputs

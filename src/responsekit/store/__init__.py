@@ -105,7 +105,7 @@ class Store:
             if row is None or row[0] not in RUNNING:
                 return False
             inputs = [
-                _loads(body)
+                json.loads(body)
                 for (body,) in await db.fetch(
                     "SELECT body FROM response_items WHERE response_id = ? AND NOT output ORDER BY position",
                     response["id"],
@@ -140,7 +140,7 @@ class Store:
         row = await self.database.fetchrow(
             "SELECT body FROM responses WHERE id = ? AND owner = ?", response_id, owner
         )
-        return _loads(row[0]) if row else None
+        return json.loads(row[0]) if row else None
 
     async def delete_response(self, owner: str, response_id: str) -> bool:
         async with self.database.transaction() as db:
@@ -153,14 +153,14 @@ class Store:
     async def history(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
         """The items a continuation of this response builds on: every input and output of its chain."""
         rows = await self._chain(owner, response_id)
-        return None if rows is None else [_loads(body) for _, _, body in rows]
+        return None if rows is None else [json.loads(body) for _, _, body in rows]
 
     async def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
         """The items used to generate this response: its chain's items and its own inputs."""
         rows = await self._chain(owner, response_id)
         if rows is None:
             return None
-        return [_loads(body) for rid, output, body in rows if not (rid == response_id and output)]
+        return [json.loads(body) for rid, output, body in rows if not (rid == response_id and output)]
 
     async def _chain(self, owner: str, response_id: str) -> list[tuple[str, bool, str]] | None:
         rows = await self.database.fetch(
@@ -194,7 +194,7 @@ class Store:
                 item_id, owner,
             )  # fmt: skip
             if row is not None:
-                found[item_id] = _loads(row[0])
+                found[item_id] = json.loads(row[0])
         return found
 
     # --- events of background responses --------------------------------------------------
@@ -244,7 +244,7 @@ class Store:
         rows = await self.database.fetch(
             "SELECT body FROM responses WHERE status IN (?, ?) AND lease_until < ?", *RUNNING, now
         )
-        return [_loads(row[0]) for row in rows]
+        return [json.loads(row[0]) for row in rows]
 
     async def last_sequence(self, response_id: str) -> int:
         row = await self.database.fetchrow(
@@ -270,7 +270,7 @@ class Store:
         )
         if row is None:
             return None
-        return {"id": row[0], "object": "conversation", "created_at": int(row[1]), "metadata": _loads(row[2])}
+        return {"id": row[0], "object": "conversation", "created_at": int(row[1]), "metadata": json.loads(row[2])}
 
     async def update_conversation(self, owner: str, conversation_id: str, metadata: dict[str, str]) -> None:
         await self.database.execute(
@@ -306,7 +306,7 @@ class Store:
         rows = await self.database.fetch(
             "SELECT body FROM conversation_items WHERE conversation_id = ? ORDER BY position", conversation_id
         )
-        return [_loads(row[0]) for row in rows]
+        return [json.loads(row[0]) for row in rows]
 
     async def conversation_page(
         self, conversation_id: str, after: str | None, limit: int, order: Literal["asc", "desc"]
@@ -333,14 +333,14 @@ class Store:
                 "ORDER BY position DESC LIMIT ?",
                 conversation_id, position if position is not None else 2**62, limit + 1,
             )  # fmt: skip
-        items = [_loads(row[0]) for row in rows]
+        items = [json.loads(row[0]) for row in rows]
         return Page(items[:limit], len(items) > limit)
 
     async def get_conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
         row = await self.database.fetchrow(
             "SELECT body FROM conversation_items WHERE conversation_id = ? AND item_id = ?", conversation_id, item_id
         )
-        return _loads(row[0]) if row else None
+        return json.loads(row[0]) if row else None
 
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
         async with self.database.transaction() as db:
@@ -364,14 +364,6 @@ async def _insert_items(
             "INSERT INTO response_items (response_id, position, output, item_id, body) VALUES (?, ?, ?, ?, ?)",
             [(response_id, offset + i, output, item["id"], _dumps(item)) for i, item in enumerate(items)],
         )
-
-
-def _loads(text: str) -> Any:
-    """Stored JSON text -> value: orjson, the standard library for what orjson refuses."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
 
 
 def _dumps(value: Any) -> str:
