@@ -288,22 +288,14 @@ def test_a_connection_closed_unanswered_is_tried_once_more_then_fails() -> None:
     asyncio.run(main())
 
 
-def test_the_engine_hanging_up_mid_answer_is_an_httpx_error() -> None:
+@pytest.mark.parametrize("reply", [
+    b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ncut short",  # the engine hangs up mid-answer
+    b"SSH-2.0-OpenSSH_9.2\r\n\r\n",  # not HTTP at all
+])  # fmt: skip
+def test_an_answer_cut_short_or_not_http_is_a_protocol_error(reply: bytes) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await answer(reader, writer, b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\ncut short")
+        await answer(reader, writer, reply)
         writer.close()
-
-    async def main() -> None:
-        async with engine(handler) as url, client(url) as http:
-            with pytest.raises(httpx.RemoteProtocolError):
-                await post(http)
-
-    asyncio.run(main())
-
-
-def test_an_answer_that_is_not_http_is_a_protocol_error() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await answer(reader, writer, b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
 
     async def main() -> None:
         async with engine(handler) as url, client(url) as http:

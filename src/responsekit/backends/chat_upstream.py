@@ -39,7 +39,7 @@ from ..events import (
 from ..ids import new_id
 from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
 from ..record import Recorder, Recording
-from .engine_http import engine_http
+from .engine_http import Answer, engine_http
 
 log = logging.getLogger(__name__)
 
@@ -307,11 +307,8 @@ class ChatUpstream:
             async with self._engine.post("/chat/completions", json_body(body)) as answer:
                 if recording:
                     recording.status(answer.status)
-                if answer.status >= 400:
-                    text = (await answer.read()).decode("utf-8", "replace")
-                    if recording:
-                        recording.error_body(text)
-                    yield upstream_error(answer.status, text)
+                if (error := await error_answer(answer, recording)) is not None:
+                    yield error
                     return
                 if "text/event-stream" not in answer.content_type:
                     # An engine that ignored `stream: true` and answered with one completion.
@@ -321,35 +318,72 @@ class ChatUpstream:
                     for event in translator.feed_completion(text):
                         yield event
                     return
-                batches = sse_data(answer.pieces())
-                done = False
-                async for batch in batches:
+                payloads = SSEPayloads(answer, recording)
+                async for batch in payloads:
                     for data in batch:
-                        if recording:
-                            recording.chunk(data)
-                        if data == "[DONE]":
-                            done = True
-                            break
                         for event in translator.feed_data(data):
                             yield event
                             if isinstance(event, Error):
                                 return
-                    if done:
-                        break
                 try:
                     for event in translator.finish():
                         yield event
                 finally:
-                    await read_to_end(batches)
+                    await payloads.drain()
         except httpx.TimeoutException:
             yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
         except httpx.HTTPError as exc:
             yield Error("server_error", f"upstream {self.name} failed: {exc!r}", 502)
 
 
+async def error_answer(answer: Answer, recording: Recording | None) -> Error | None:
+    """An engine's HTTP error answer as the canonical error (None for any other answer)."""
+    if answer.status < 400:
+        return None
+    text = (await answer.read()).decode("utf-8", "replace")
+    if recording:
+        recording.error_body(text)
+    return upstream_error(answer.status, text)
+
+
+class SSEPayloads:
+    """The `data:` payloads of an engine's SSE answer up to `[DONE]`, a list for each piece of
+    the body that completes lines (what one read brought: handled together, they cross the
+    layers above at once), recorded as they come; `drain()` then reads the rest of the body.
+    """
+
+    def __init__(self, answer: Answer, recording: Recording | None) -> None:
+        self._lines = sse_data(answer.pieces())
+        self._recording = recording
+
+    async def __aiter__(self) -> AsyncIterator[list[str]]:
+        async for batch in self._lines:
+            done = "[DONE]" in batch
+            if done:
+                batch = batch[: batch.index("[DONE]")]
+            if self._recording:
+                for data in batch:
+                    self._recording.chunk(data)
+                if done:
+                    self._recording.chunk("[DONE]")
+            if batch:
+                yield batch
+            if done:
+                return
+
+    async def drain(self) -> None:
+        """Read what follows `[DONE]` — normally only the end of the body — so that the
+        connection goes back to the pool instead of being closed (a new connection per
+        request costs a connect and the engine's accept). An engine that keeps the body open
+        longer than a moment loses the connection instead."""
+        with suppress(TimeoutError, httpx.HTTPError):
+            async with asyncio.timeout(_DRAIN_SECONDS):
+                async for _ in self._lines:
+                    pass
+
+
 async def sse_data(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[str]]:
-    """The `data:` payloads of an SSE body, a list for each piece of it that completes lines
-    (what one read brought: handled together, they cross the layers above at once).
+    """The `data:` payloads of an SSE body, a list for each piece that completes lines.
 
     Lines end at LF (or CRLF) only: engines write raw UTF-8, and a U+2028 inside a JSON
     string is not a line break (httpx's `aiter_lines` would split there).
@@ -380,17 +414,6 @@ def json_body(value: Any) -> bytes:
         return orjson.dumps(value)
     except TypeError:
         return json.dumps(value, separators=(",", ":")).encode()
-
-
-async def read_to_end(lines: AsyncIterator[list[str]]) -> None:
-    """Read what follows `[DONE]` — normally only the end of the body — so that the
-    connection goes back to the pool instead of being closed (a new connection per
-    request costs a connect and the engine's accept). An engine that keeps the body open
-    longer than a moment loses the connection instead."""
-    with suppress(TimeoutError, httpx.HTTPError):
-        async with asyncio.timeout(_DRAIN_SECONDS):
-            async for _ in lines:
-                pass
 
 
 def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from ..events import Error, Event
 from ..grammars import Grammar
 from ..record import Recorder, Recording
 from ..templates import ChatTemplate, TemplateError, load_template
-from .chat_upstream import JSON_HEADERS, ChatUpstream, json_body, read_to_end, sse_data, upstream_error
+from .chat_upstream import JSON_HEADERS, ChatUpstream, SSEPayloads, error_answer, json_body
 from .prompting import ModelPrompting, Plan, text_chunk
 
 log = logging.getLogger(__name__)
@@ -170,23 +170,14 @@ class CompletionsUpstream(ChatUpstream):
             async with self._engine.post("/completions", json_body(body)) as answer:
                 if recording:
                     recording.status(answer.status)
-                if answer.status >= 400:
-                    text = (await answer.read()).decode("utf-8", "replace")
-                    if recording:
-                        recording.error_body(text)
-                    yield upstream_error(answer.status, text)
+                if (error := await error_answer(answer, recording)) is not None:
+                    yield error
                     return
                 usage = False
                 pieces = 0
-                batches = sse_data(answer.pieces())
-                done = False
-                async for batch in batches:
+                payloads = SSEPayloads(answer, recording)
+                async for batch in payloads:
                     for data in batch:
-                        if recording:
-                            recording.chunk(data)
-                        if data == "[DONE]":
-                            done = True
-                            break
                         chunk = _as_chat_chunk(data)
                         usage = usage or "usage" in chunk
                         pieces += sum(1 for choice in chunk["choices"] if choice["delta"]["content"]) if "choices" in chunk else 0
@@ -194,9 +185,7 @@ class CompletionsUpstream(ChatUpstream):
                             yield event
                             if isinstance(event, Error):
                                 return
-                    if done:
-                        await read_to_end(batches)
-                        break
+                await payloads.drain()
                 if not usage:
                     for event in translator.feed(await self._counted_usage(plan, body["model"], pieces)):
                         yield event
