@@ -336,3 +336,41 @@ def test_an_answer_that_keeps_arriving_never_times_out_however_long_it_takes() -
             assert await post(http) == (200, "", b"x" * 12)  # 1.2 s in all, never 0.35 s silent
 
     asyncio.run(main())
+
+
+def test_the_httpx_client_for_other_engines_answers_alike() -> None:
+    """`HttpxEngine` (TLS engines' client) on a plain socket: the same answer, pieces and errors."""
+    requests = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        while True:
+            try:
+                head, _ = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            requests += 1
+            if requests == 1:  # dropped unanswered: sent once more
+                writer.close()
+                return
+            if requests == 3:
+                writer.write(b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 4\r\n\r\nslow")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+                             b"\r\n6\r\ndata: \r\n2\r\nok\r\n0\r\n\r\n")  # fmt: skip
+            await writer.drain()
+
+    async def main() -> None:
+        async with engine(handler) as url:
+            http = HttpxEngine(url, {"Authorization": "Bearer k"}, 5, 2)
+            try:
+                async with http.post("/chat/completions", b"{}") as reply:
+                    assert (reply.status, reply.content_type) == (200, "text/event-stream")
+                    assert b"".join([piece async for piece in reply.pieces()]) == b"data: ok"
+                async with http.post("/chat/completions", b"{}") as reply:
+                    assert (reply.status, await reply.read()) == (429, b"slow")
+            finally:
+                await http.aclose()
+
+    asyncio.run(main())
+    assert requests == 3
