@@ -33,7 +33,6 @@ import datetime
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -420,16 +419,16 @@ class Run:
     load: tuple[float, float] = (0.0, 0.0)
 
 
-async def benchmark(args: argparse.Namespace, run: Run, open_streams_count: int) -> None:
+async def benchmark(args: argparse.Namespace, section: Run, open_streams_count: int) -> None:
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         data = Path(tmp)
         engine_port = free_port()
         engine_url = f"http://127.0.0.1:{engine_port}/v1"
         engine = stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port",
                                                         str(engine_port), "--tokens", str(args.tokens),
-                                                        "--token-interval", str(run.interval)],
+                                                        "--token-interval", str(section.interval)],
                                              f"{engine_url}/models"))  # fmt: skip
-        run.gateways = gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers)
+        section.gateways = gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers)
         started = time.monotonic()
         load_before = os.getloadavg()[0]
         for stream in (True, False):
@@ -443,12 +442,12 @@ async def benchmark(args: argparse.Namespace, run: Run, open_streams_count: int)
         if open_streams_count:
             for gateway in gateways[1:]:
                 if gateway.hold_model and gateway.pid:
-                    run.held.append((gateway.name, await open_streams(gateway, open_streams_count)))
-                    print(f"{gateway.name}: {run.held[-1][1]}", file=sys.stderr, flush=True)
-        run.minutes = (time.monotonic() - started) / 60
-        run.load = (load_before, os.getloadavg()[0])
-        plot(gateways, True, HERE / f"{run.plots}-stream.png")
-        plot(gateways, False, HERE / f"{run.plots}-nonstream.png")
+                    section.held.append((gateway.name, await open_streams(gateway, open_streams_count)))
+                    print(f"{gateway.name}: {section.held[-1][1]}", file=sys.stderr, flush=True)
+        section.minutes = (time.monotonic() - started) / 60
+        section.load = (load_before, os.getloadavg()[0])
+        plot(gateways, True, HERE / f"{section.plots}-stream.png")
+        plot(gateways, False, HERE / f"{section.plots}-nonstream.png")
 
 
 def report(args: argparse.Namespace, runs: list[Run]) -> str:
@@ -463,30 +462,30 @@ def report(args: argparse.Namespace, runs: list[Run]) -> str:
         "both are the whole answer); \"added\" is the difference from the direct row at the same concurrency "
         "(p50 / p99); CPU and RSS are the gateway's process tree (on the direct row, the engine's).",
     ]
-    for run in runs:
-        pace = (f"{run.interval * 1000:g} ms a token, streamed or not" if run.interval else
+    for section in runs:
+        pace = (f"{section.interval * 1000:g} ms a token, streamed or not" if section.interval else
                 "answers sent at once (non-streamed: one canned JSON body)")  # fmt: skip
         lines += [
             "",
             f"### Engine: {pace}",
             "",
-            f"{run.minutes:.1f} minutes, load average {run.load[0]:.2f} before and {run.load[1]:.2f} after "
+            f"{section.minutes:.1f} minutes, load average {section.load[0]:.2f} before and {section.load[1]:.2f} after "
             "(the machine is shared with other work).",
             "",
-            table(run.gateways, args.tokens),
+            table(section.gateways, args.tokens),
         ]
-        if run.held:
+        if section.held:
             lines += ["", f"{args.open_streams:,} streams held open at once (each has received its first token):", "",
                       "| gateway | RSS before MiB | RSS with the streams open MiB | KiB per open stream |",
                       "|---|---:|---:|---:|"]  # fmt: skip
-            for name, outcome in run.held:
+            for name, outcome in section.held:
                 if isinstance(outcome, str):
                     lines.append(f"| {name} | — | failed: {outcome} | — |")
                 else:
                     before, during = outcome
                     per = (during - before) / args.open_streams / 1024
                     lines.append(f"| {name} | {before / 2**20:.0f} | {during / 2**20:.0f} | {per:.1f} |")
-        lines += ["", f"![streaming]({run.plots}-stream.png)", "", f"![non-streaming]({run.plots}-nonstream.png)"]
+        lines += ["", f"![streaming]({section.plots}-stream.png)", "", f"![non-streaming]({section.plots}-nonstream.png)"]
     return "\n".join(lines)
 
 

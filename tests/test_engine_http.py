@@ -346,7 +346,7 @@ def test_the_httpx_client_for_other_engines_answers_alike() -> None:
         nonlocal requests
         while True:
             try:
-                head, _ = await read_request(reader)
+                await read_request(reader)
             except asyncio.IncompleteReadError:
                 return
             requests += 1

@@ -146,7 +146,6 @@ class PlainRoute(APIRoute):
         return self.endpoint  # type: ignore[return-value]
 
 
-
 def plain_post(router: APIRouter, path: str, body: type[BaseModel]) -> Callable[[Endpoint], Endpoint]:
     """Register the decorated endpoint as `POST path` on a `PlainRoute`, its body documented as `body`."""
 

@@ -92,7 +92,7 @@ class SQLiteDatabase:
                     outcomes = await self._thread.run(_commit_group, self._connection, [s for s, _ in group])
                 except BaseException as exc:  # the group's COMMIT failed: none of it was written
                     outcomes = [exc] * len(group)
-            for (_, done), outcome in zip(group, outcomes):
+            for (_, done), outcome in zip(group, outcomes, strict=True):
                 if done.done():
                     continue
                 if outcome is None:
