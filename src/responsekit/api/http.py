@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import aclosing, suppress
 from typing import Any, Protocol, TypeVar
 
-import orjson
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse as StarletteJSONResponse
@@ -20,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import APIError, error_body, error_type_for_status
 from ..events import Error, Event
+from ..jsontext import json_utf8
 
 log = logging.getLogger(__name__)
 
@@ -214,29 +214,19 @@ def sse_data(payload: dict[str, Any]) -> bytes:
 
 
 def json_bytes(value: Any) -> bytes:
-    """Compact ASCII-only JSON: U+2028/U+2029 and lone surrogates would break line-splitting clients.
-
-    orjson is an order of magnitude faster than the standard library, but writes UTF-8 and
-    refuses lone surrogates, integers beyond 64 bits and non-string keys; whenever its
-    output is not plain ASCII (or it refuses), the standard library's escaping is used.
-    """
-    try:
-        data = orjson.dumps(value)
-    except TypeError:
-        data = b"\x80"
+    """Compact ASCII-only JSON: U+2028/U+2029 and lone surrogates would break line-splitting
+    clients. UTF-8 output that is not plain ASCII is written again with the standard
+    library's escaping."""
+    data = json_utf8(value)
     return data if data.isascii() else json.dumps(value, separators=(",", ":")).encode()
 
 
 class JSONResponse(StarletteJSONResponse):
-    """A JSON body encoded by orjson (Starlette's uses the standard library: a fortieth of a
-    non-streamed response's CPU time), as UTF-8; what orjson refuses (a lone surrogate)
-    goes through the standard library, escaped. The app's default response class."""
+    """A JSON body by `json_utf8` (Starlette's uses the standard library: a fortieth of a
+    non-streamed response's CPU time). The app's default response class."""
 
     def render(self, content: Any) -> bytes:
-        try:
-            return orjson.dumps(content)
-        except TypeError:
-            return json.dumps(content, separators=(",", ":")).encode()
+        return json_utf8(content)
 
 
 def dumps(value: Any) -> str:

@@ -37,6 +37,7 @@ from ..events import (
     Usage,
 )
 from ..ids import new_id
+from ..jsontext import json_utf8
 from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
 from ..record import Recorder, Recording
 from .engine_http import Answer, engine_http
@@ -266,18 +267,18 @@ class ChatUpstream:
         try:
             if self.kind in ("vllm", "sglang"):
                 answer = await self._client.post(
-                    f"{root}/tokenize", content=json_body({"model": body["model"], "add_generation_prompt": True,
+                    f"{root}/tokenize", content=json_utf8({"model": body["model"], "add_generation_prompt": True,
                                                            **template_input}), headers=JSON_HEADERS,
                 )
                 if answer.status_code == 200 and isinstance(answer.json().get("count"), int):
                     return answer.json()["count"], True
             elif self.kind == "llamacpp":
-                rendered = await self._client.post(f"{root}/apply-template", content=json_body(template_input),
+                rendered = await self._client.post(f"{root}/apply-template", content=json_utf8(template_input),
                                                    headers=JSON_HEADERS)  # fmt: skip
                 if rendered.status_code == 200:
                     tokens = await self._client.post(
                         f"{root}/tokenize",
-                        content=json_body({"content": rendered.json()["prompt"], "add_special": False,
+                        content=json_utf8({"content": rendered.json()["prompt"], "add_special": False,
                                            "parse_special": True}),
                         headers=JSON_HEADERS,
                     )
@@ -304,7 +305,7 @@ class ChatUpstream:
     ) -> AsyncIterator[Event]:
         translator = ChunkTranslator(request, self.output_parsing(request.model))
         try:
-            async with self._engine.post("/chat/completions", json_body(body)) as answer:
+            async with self._engine.post("/chat/completions", json_utf8(body)) as answer:
                 if recording:
                     recording.status(answer.status)
                 if (error := await error_answer(answer, recording)) is not None:
@@ -405,15 +406,6 @@ async def sse_data(pieces: AsyncIterator[bytes]) -> AsyncIterator[list[str]]:
 _DRAIN_SECONDS = 1.0
 
 JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-def json_body(value: Any) -> bytes:
-    """A request body for the engine: UTF-8 JSON, except that text UTF-8 cannot carry (a lone
-    surrogate, which a client may send escaped) is sent escaped instead of failing the request."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:
-        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[str, Any]]:

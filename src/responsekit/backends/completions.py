@@ -22,7 +22,8 @@ from ..events import Error, Event
 from ..grammars import Grammar
 from ..record import Recorder, Recording
 from ..templates import ChatTemplate, TemplateError, load_template
-from .chat_upstream import JSON_HEADERS, ChatUpstream, SSEPayloads, error_answer, json_body
+from ..jsontext import json_utf8
+from .chat_upstream import JSON_HEADERS, ChatUpstream, SSEPayloads, error_answer
 from .prompting import ModelPrompting, Plan, text_chunk
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class CompletionsUpstream(ChatUpstream):
         missing = 0
         for route in routes:
             try:
-                answer = await self._client.post(f"{root}{route}", content=json_body(body), headers=JSON_HEADERS)
+                answer = await self._client.post(f"{root}{route}", content=json_utf8(body), headers=JSON_HEADERS)
             except httpx.HTTPError:
                 continue
             missing += answer.status_code in (404, 405)
@@ -167,7 +168,7 @@ class CompletionsUpstream(ChatUpstream):
     async def _stream(self, body: dict[str, Any], plan: Plan, recording: Recording | None) -> AsyncIterator[Event]:
         translator = plan.translator
         try:
-            async with self._engine.post("/completions", json_body(body)) as answer:
+            async with self._engine.post("/completions", json_utf8(body)) as answer:
                 if recording:
                     recording.status(answer.status)
                 if (error := await error_answer(answer, recording)) is not None:

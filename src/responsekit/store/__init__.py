@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
-
+from ..jsontext import json_utf8
 from .database import Connection, Database
 from .migrations import migrate
 
@@ -367,9 +366,6 @@ async def _insert_items(
 
 
 def _dumps(value: Any) -> str:
-    """JSON text to store: orjson (a stored response's body and items are dumped on the hot
-    path), the standard library for what orjson refuses (a lone surrogate)."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return json.dumps(value, separators=(",", ":"))
+    """JSON text to store (a stored response's body and items are written on the hot path).
+    Read back with the standard library: orjson reads integers beyond 64 bits as floats."""
+    return json_utf8(value).decode()
