@@ -293,8 +293,7 @@ class _Connection(asyncio.Protocol):
 
     async def send(self, request: bytes, timeout: float) -> None:
         if self.closed or self.transport.is_closing():
-            self.exchange.failed(httpx.WriteError("the connection is closed"))  # type: ignore[union-attr]
-            return
+            raise httpx.WriteError("the connection is closed")
         self.transport.write(request)
         writable = self._writable
         if writable is not None:
