@@ -408,8 +408,8 @@ at which 32-token answers at concurrency 8 come directly at about 175 requests/s
 
 
 @dataclass
-class Run:
-    """One run of the whole table: the engine's pace, and what it found."""
+class Section:
+    """One run of the whole table, a section of the report: the engine's pace, and what it found."""
 
     interval: float
     plots: str
@@ -419,7 +419,7 @@ class Run:
     load: tuple[float, float] = (0.0, 0.0)
 
 
-async def benchmark(args: argparse.Namespace, section: Run, open_streams_count: int) -> None:
+async def benchmark(args: argparse.Namespace, section: Section, open_streams_count: int) -> None:
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         data = Path(tmp)
         engine_port = free_port()
@@ -450,7 +450,7 @@ async def benchmark(args: argparse.Namespace, section: Run, open_streams_count: 
         plot(gateways, False, HERE / f"{section.plots}-nonstream.png")
 
 
-def report(args: argparse.Namespace, runs: list[Run]) -> str:
+def report(args: argparse.Namespace, runs: list[Section]) -> str:
     lines = [
         "## Gateway overhead (`bench/gateway.py`)",
         "",
@@ -508,7 +508,7 @@ def main() -> None:
     for position, interval in enumerate(args.token_interval):
         plots = args.plots if not interval else f"{args.plots}-paced" if interval == PACE else \
             f"{args.plots}-paced-{interval * 1000:g}ms"
-        runs.append(Run(interval, plots))
+        runs.append(Section(interval, plots))
         uvloop.run(benchmark(args, runs[-1], args.open_streams if position == 0 else 0))
     print(report(args, runs))
 
