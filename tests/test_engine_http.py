@@ -173,55 +173,62 @@ def test_a_refused_connection_is_httpx_connect_error() -> None:
         asyncio.run(main())
 
 
-def test_answers_read_to_the_end_reuse_their_connection() -> None:
-    connections = 0
+class Counted:
+    """A test engine's handler that counts the connections it is given."""
 
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        await self.handler(reader, writer)
+
+
+def test_answers_read_to_the_end_reuse_their_connection() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
         for _ in range(3):
             await answer(reader, writer, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
         await reader.read()
 
+    served = Counted(handler)
+
     async def main() -> None:
-        async with engine(handler) as url, client(url) as http:
+        async with engine(served) as url, client(url) as http:
             for _ in range(3):
                 assert await post(http) == (200, "", b"ok")
 
     asyncio.run(main())
-    assert connections == 1
+    assert served.connections == 1
 
 
 def test_an_answer_left_early_or_ended_by_connection_close_does_not_reuse_its_connection() -> None:
-    connections = 0
-
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
         await answer(reader, writer, b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nabc")
-        if connections == 2:
+        if early.connections == 2:
             writer.write(b"def")
             await writer.drain()
         with suppress(ConnectionError):
             await reader.read()
 
     async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
         await answer(reader, writer, b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
         await asyncio.sleep(0.5)  # the socket stays open: only the header says it is done
 
+    early, closed = Counted(handler), Counted(closing)
+
     async def main() -> None:
-        async with engine(handler) as url, client(url) as http:
+        async with engine(early) as url, client(url) as http:
             async with http.post("/", b"x") as reply:
                 assert await anext(reply.pieces()) == b"abc"  # and the rest never read
             assert await post(http) == (200, "", b"abcdef")
-        async with engine(closing) as url, client(url) as http:
+        async with engine(closed) as url, client(url) as http:
             assert await post(http) == (200, "", b"ok")
             assert await post(http) == (200, "", b"ok")
 
     asyncio.run(main())
-    assert connections == 4
+    assert early.connections + closed.connections == 4
+    assert early.connections == closed.connections == 2
 
 
 def test_a_body_ended_by_the_engine_closing_the_connection_is_whole() -> None:
@@ -237,20 +244,18 @@ def test_a_body_ended_by_the_engine_closing_the_connection_is_whole() -> None:
 
 
 def test_a_connection_the_engine_closed_while_idle_is_not_reused() -> None:
-    connections = 0
-
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
         await answer(reader, writer, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
         writer.close()  # without `connection: close`: the client learns it from the socket
 
+    served = Counted(handler)
+
     async def main() -> None:
-        async with engine(handler) as url, client(url) as http:
+        async with engine(served) as url, client(url) as http:
             for _ in range(3):
                 assert await post(http) == (200, "", b"ok")
                 await asyncio.sleep(0.05)  # the close reaches the idle connection
-        assert connections == 3
+        assert served.connections == 3
 
     asyncio.run(main())
 
