@@ -131,6 +131,16 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("models") / "tiny.gguf")
 
 
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    """The real Gemma 3 270M GGUF (Q4_K_M) of the `llama` extra, assembled once and kept in
+    the user's cache between test runs."""
+    from responsekit.default_model import model_file
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "responsekit-tests"
+    return model_file(cache)
+
+
 def _engine_settings(directory: Path, **options: object) -> Settings:
     return Settings(probe=False, data_dir=directory, database_url=f"sqlite:///{directory / 'state.db'}", **options)  # type: ignore[arg-type]
 
