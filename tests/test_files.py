@@ -74,7 +74,7 @@ def test_file_expiry_is_recorded(server):
 
 
 def test_bad_uploads_are_4xx(upstream, database_url, tmp_path):
-    settings = Settings(probe=False, data_dir=tmp_path, database_url=database_url, max_file_bytes=1000)
+    settings = Settings(probe=False, default_model_fallback=False, data_dir=tmp_path, database_url=database_url, max_file_bytes=1000)
     with serve(create_app(settings)) as url:
         base = f"{url}/v1"
         client = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
@@ -109,7 +109,7 @@ def test_bad_uploads_are_4xx(upstream, database_url, tmp_path):
 
 
 def test_each_key_sees_only_its_files(upstream, database_url, tmp_path):
-    settings = Settings(probe=False, data_dir=tmp_path, database_url=database_url, api_keys=["key-a", "key-b"])
+    settings = Settings(probe=False, default_model_fallback=False, data_dir=tmp_path, database_url=database_url, api_keys=["key-a", "key-b"])
     with serve(create_app(settings)) as url:
         owner = openai.OpenAI(base_url=f"{url}/v1", api_key="key-a", max_retries=0)
         other = openai.OpenAI(base_url=f"{url}/v1", api_key="key-b", max_retries=0)
@@ -136,7 +136,7 @@ def _large_objects(database_url: str) -> int:
 
 def test_files_dir_setting_keeps_uploads_there(upstream, database_url, tmp_path):
     shared = tmp_path / "shared-files"
-    settings = Settings(probe=False, data_dir=tmp_path / "data", database_url=database_url, files_dir=shared)
+    settings = Settings(probe=False, default_model_fallback=False, data_dir=tmp_path / "data", database_url=database_url, files_dir=shared)
     with serve(create_app(settings)) as url:
         client = Server(url, upstream).client()
         file = client.files.create(file=("x.txt", b"kept on a shared disk"), purpose="assistants")

@@ -97,18 +97,21 @@ def _free_probe_target() -> tuple[str, str, int]:
 
 
 def test_probing_finds_a_local_engine_and_starts_without_one():
-    with serve(create_app(Settings(probe=True))) as url:
-        # With nothing to find, the server starts anyway and says so.
+    with serve(create_app(Settings(probe=True, default_model_fallback=False))) as url:
+        # With nothing to find (and the embedded default model off), the server starts anyway and says so.
         health = httpx.get(f"{url}/health").json()
     assert not any(u["reachable"] for u in health["upstreams"]), f"a real engine answers on a usual port: {health}"
     assert health["status"] == "no_upstream" and "--upstream" in health["message"]
+    assert "default_model" not in health
 
     kind, probe_url, port = _free_probe_target()
     engine = ScriptedUpstream(("local-model",), owned_by="whatever")
     with serve(engine.app, port=port), serve(create_app(Settings(probe=True))) as url:
         health = httpx.get(f"{url}/health").json()
         assert health["status"] == "ok"
+        # An engine found by probing wins over the embedded default model.
         assert [(u["name"], u["base_url"], u["kind"]) for u in health["upstreams"]] == [(kind, probe_url, kind)]
+        assert "default_model" not in health
         engine.push(text_exchange("found you"))
         answer = httpx.post(f"{url}/v1/responses", json={"model": "local-model", "input": "x"})
         assert answer.json()["output_text"] == "found you"

@@ -40,6 +40,11 @@ def serve(
     default_model: Annotated[
         Optional[str], typer.Option(help="Serve model names no upstream knows with this model.", show_default=False)
     ] = None,
+    no_default_model: Annotated[
+        bool,
+        typer.Option("--no-default-model", help="With no engine configured or found, serve nothing instead of the "
+                     "embedded Gemma 3 270M (RESPONSEKIT_DEFAULT_MODEL_FALLBACK=false).", show_default=False),
+    ] = False,
     host: Annotated[
         Optional[str],
         typer.Option(help="Address to listen on (default: 127.0.0.1, or all interfaces with API keys).", show_default=False),
@@ -96,6 +101,7 @@ def serve(
             upstreams=[parse_upstream(value) for value in upstream] if upstream else None,
             aliases=parse_pairs(",".join(alias)) if alias else None,
             default_model=default_model,
+            default_model_fallback=False if no_default_model else None,
             host=host,
             port=port,
             probe=probe,

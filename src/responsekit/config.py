@@ -232,6 +232,9 @@ class Settings(BaseSettings):
     """Model names clients may use for an upstream model, e.g. `gpt-5-codex = "qwen3-coder"`."""
     default_model: str | None = None
     """Serve names no upstream knows with this model instead of answering 404."""
+    default_model_fallback: bool = True
+    """With no engine configured and none found by probing, serve the embedded Gemma 3 270M
+    in-process (the `llama` extra); `--no-default-model` turns it off."""
     record_dir: Path | None = None
     """Write every upstream exchange to a JSON file here, for replay in tests."""
     shutdown_timeout: float = 30.0

