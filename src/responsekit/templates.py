@@ -27,6 +27,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from .builtin_templates import BUILTIN_TEMPLATES, choose_template
 from .conversation import GenerationRequest, ImagePart, Message
+from .gguf_metadata import GGUFError, read_metadata
 
 log = logging.getLogger(__name__)
 
@@ -338,48 +339,39 @@ def _token_text(token: Any) -> str:
 def from_gguf(path: Path) -> ChatTemplate:
     """The template in a GGUF file's metadata, with its BOS/EOS/EOT tokens' texts; a
     built-in one chosen from its architecture and vocabulary if it has none (issue 14)."""
-    from gguf import GGUFReader  # an optional dependency: only model files need it
-
-    reader = GGUFReader(str(path), "r")
-    source = _gguf_value(reader, "tokenizer.chat_template")
-    tokens = _gguf_value(reader, "tokenizer.ggml.tokens")
+    try:
+        metadata = read_metadata(path)
+    except GGUFError as exc:
+        raise TemplateError(str(exc)) from None
+    tokens = metadata.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list):
         tokens = []
 
+    def string(key: str) -> str:
+        value = metadata.get(key)
+        return value if isinstance(value, str) else ""
+
     def text(key: str) -> str:
-        index = _gguf_value(reader, key)
+        index = metadata.get(key)
         if isinstance(index, int) and 0 <= index < len(tokens):
             return str(tokens[index])
         return ""
 
-    fallback = None
-    if not isinstance(source, str) or not source.strip():
-        architecture, name = _gguf_string(reader, "general.architecture"), _gguf_string(reader, "general.name")
-        fallback = choose_template(architecture, frozenset(tokens), name=name,
-                                   tokenizer=_gguf_string(reader, "tokenizer.ggml.model"),
-                                   pre=_gguf_string(reader, "tokenizer.ggml.pre"))  # fmt: skip
+    source, fallback = string("tokenizer.chat_template"), None
+    if not source.strip():
+        architecture, name = string("general.architecture"), string("general.name")
+        fallback = choose_template(architecture, frozenset(tokens), tokenizer=string("tokenizer.ggml.model"),
+                                   pre=string("tokenizer.ggml.pre"), name=name)  # fmt: skip
         source = BUILTIN_TEMPLATES[fallback]
         log.info("%s (%s, architecture %s) has no chat template in its metadata: using the built-in %r "
-                    "template chosen from its architecture and special tokens; --chat-template FILE "
-                    "(`chat_template` in the configuration) replaces it", path.name, name or "unnamed",
-                    architecture or "unknown", fallback)  # fmt: skip
+                 "template chosen from its architecture and special tokens; --chat-template FILE "
+                 "(`chat_template` in the configuration) replaces it", path.name, name or "unnamed",
+                 architecture or "unknown", fallback)  # fmt: skip
     return ChatTemplate(source, bos_token=text("tokenizer.ggml.bos_token_id"),
                         eos_token=text("tokenizer.ggml.eos_token_id"),
                         extra_stops=tuple(filter(None, (text("tokenizer.ggml.eot_token_id"),
                                                         text("tokenizer.ggml.eom_token_id")))),
                         fallback=fallback)  # fmt: skip
-
-
-def _gguf_value(reader: Any, key: str) -> Any:
-    field_ = reader.get_field(key)
-    if field_ is None:
-        return None
-    return field_.contents()
-
-
-def _gguf_string(reader: Any, key: str) -> str:
-    value = _gguf_value(reader, key)
-    return value if isinstance(value, str) else ""
 
 
 def load_template(path: Path) -> ChatTemplate:
