@@ -19,7 +19,8 @@ from responsekit.backends.completions import CompletionsUpstream
 from responsekit.builtin_templates import BUILTIN_TEMPLATES, choose_template
 from responsekit.config import LocalModel, Settings, UpstreamConfig
 from responsekit.conversation import GenerationRequest, Message, TextPart, ToolCall
-from responsekit.templates import ChatTemplate, chat_messages, from_gguf, load_template
+from responsekit.gguf_metadata import read_metadata
+from responsekit.templates import ChatTemplate, TemplateError, chat_messages, from_gguf, load_template
 
 from .conftest import EngineServer
 from .harness import check_response, check_stream, read_sse, serve
@@ -112,6 +113,18 @@ def test_a_gguf_without_a_template_gets_its_familys(family: str, architecture: s
 def test_a_gguf_with_a_template_keeps_it(tiny_gguf: Path) -> None:
     template = from_gguf(tiny_gguf)
     assert template.fallback is None and template.source == HERMES_TEMPLATE
+
+
+def test_the_metadata_reads_as_ggufs_own_reader_reads_it(tmp_path: Path) -> None:
+    from gguf import GGUFReader
+
+    path = write_tiny_gguf(tmp_path / "half.gguf", template=None, family="gemma", half=True)
+    expected = {key: field.contents() for key, field in GGUFReader(str(path)).fields.items() if not key.startswith("GGUF.")}
+    assert read_metadata(path) == expected
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(TemplateError, match="malformed GGUF metadata"):
+        load_template(truncated)
 
 
 @pytest.mark.parametrize(("architecture", "tokens", "options", "chosen"), [
