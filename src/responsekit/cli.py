@@ -86,7 +86,7 @@ def serve(
     ] = None,
     chat_template: Annotated[
         Optional[Path],
-        typer.Option("--chat-template", help="For --model/--hf-repo: a Jinja file or tokenizer_config.json overriding the GGUF's template.", show_default=False),
+        typer.Option("--chat-template", help="For --model/--hf-repo: a Jinja file or tokenizer_config.json overriding the GGUF's template (or the built-in one chosen when the GGUF has none).", show_default=False),
     ] = None,
 ) -> None:
     """Serve /v1/responses and /v1/chat/completions in front of your engines."""

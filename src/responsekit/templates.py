@@ -11,6 +11,7 @@ transformers render here unchanged.
 from __future__ import annotations
 
 import json
+import logging
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,11 @@ from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import SandboxedEnvironment
 
+from .builtin_templates import BUILTIN_TEMPLATES, choose_template
 from .conversation import GenerationRequest, ImagePart, Message
+from .gguf_metadata import GGUFError, read_metadata
+
+log = logging.getLogger(__name__)
 
 MAX_REPEAT = 1_000_000
 """The longest string or list `*` may build, and the largest result `**` may compute."""
@@ -139,6 +144,8 @@ class ChatTemplate:
     eos_token: str = ""
     extra_stops: tuple[str, ...] = field(default=())
     """Further end-of-generation texts the tokenizer knows (e.g. its EOT token)."""
+    fallback: str | None = None
+    """The built-in template's name when the model file had none (issue 14), else None."""
     _compiled: jinja2.Template | None = field(default=None, repr=False, compare=False)
     _text_arguments: bool | None = field(default=None, repr=False, compare=False)
 
@@ -330,32 +337,41 @@ def _token_text(token: Any) -> str:
 
 
 def from_gguf(path: Path) -> ChatTemplate:
-    """The template in a GGUF file's metadata, with its BOS/EOS/EOT tokens' texts."""
-    from gguf import GGUFReader  # an optional dependency: only model files need it
+    """The template in a GGUF file's metadata, with its BOS/EOS/EOT tokens' texts; a
+    built-in one chosen from its architecture and vocabulary if it has none (issue 14)."""
+    try:
+        metadata = read_metadata(path)
+    except GGUFError as exc:
+        raise TemplateError(str(exc)) from None
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list):
+        tokens = []
 
-    reader = GGUFReader(str(path), "r")
-    source = _gguf_value(reader, "tokenizer.chat_template")
-    if not isinstance(source, str):
-        raise TemplateError(f"{path} has no tokenizer.chat_template in its metadata")
-    tokens = _gguf_value(reader, "tokenizer.ggml.tokens")
+    def string(key: str) -> str:
+        value = metadata.get(key)
+        return value if isinstance(value, str) else ""
 
     def text(key: str) -> str:
-        index = _gguf_value(reader, key)
-        if isinstance(index, int) and isinstance(tokens, list) and 0 <= index < len(tokens):
+        index = metadata.get(key)
+        if isinstance(index, int) and 0 <= index < len(tokens):
             return str(tokens[index])
         return ""
 
+    source, fallback = string("tokenizer.chat_template"), None
+    if not source.strip():
+        architecture, name = string("general.architecture"), string("general.name")
+        fallback = choose_template(architecture, frozenset(tokens), tokenizer=string("tokenizer.ggml.model"),
+                                   pre=string("tokenizer.ggml.pre"), name=name)  # fmt: skip
+        source = BUILTIN_TEMPLATES[fallback]
+        log.info("%s (%s, architecture %s) has no chat template in its metadata: using the built-in %r "
+                 "template chosen from its architecture and special tokens; --chat-template FILE "
+                 "(`chat_template` in the configuration) replaces it", path.name, name or "unnamed",
+                 architecture or "unknown", fallback)  # fmt: skip
     return ChatTemplate(source, bos_token=text("tokenizer.ggml.bos_token_id"),
                         eos_token=text("tokenizer.ggml.eos_token_id"),
                         extra_stops=tuple(filter(None, (text("tokenizer.ggml.eot_token_id"),
-                                                        text("tokenizer.ggml.eom_token_id")))))  # fmt: skip
-
-
-def _gguf_value(reader: Any, key: str) -> Any:
-    field_ = reader.get_field(key)
-    if field_ is None:
-        return None
-    return field_.contents()
+                                                        text("tokenizer.ggml.eom_token_id")))),
+                        fallback=fallback)  # fmt: skip
 
 
 def load_template(path: Path) -> ChatTemplate:

@@ -48,6 +48,13 @@ def model_file(config: LocalModel) -> Path:
     return Path(hf_hub_download(repo_id=config.hf_repo, filename=config.hf_file))
 
 
+def _template_origin(config: LocalModel, template: ChatTemplate) -> str:
+    """Where the chat template came from, for the log."""
+    if template.fallback:
+        return f"built-in {template.fallback!r} (the GGUF has none; --chat-template FILE replaces it)"
+    return str(config.chat_template) if config.chat_template else "the GGUF's"
+
+
 @dataclass(slots=True)
 class RunStats:
     """What the last generations did (for tests and logs)."""
@@ -94,7 +101,8 @@ class LlamaCppBackend:
         template = load_template(self.config.chat_template) if self.config.chat_template else from_gguf(path)
         self._prompting = ModelPrompting(self.model, template, self.config.parser, self.config.reasoning_mode)
         self.loaded = True
-        log.info("model %s: loaded in %.1fs; output format %s", self.model, time.monotonic() - started,
+        log.info("model %s: loaded in %.1fs; chat template %s; output format %s", self.model,
+                 time.monotonic() - started, _template_origin(self.config, template),
                  self._prompting.format or "none (text passed as is)")  # fmt: skip
 
     def _load(self, path: Path) -> list[Sequence]:
