@@ -209,13 +209,14 @@ def test_auto_answers_or_calls_and_json_output_still_validates(tiny: EngineServe
 
 @pytest.mark.parametrize("streaming", [True, False], ids=["stream", "whole"])
 def test_gemma_required_and_named_calls_validate(gemma: EngineServer, streaming: bool) -> None:
+    # One call each: a base model that may call tools in parallel keeps adding calls.
     required = respond(gemma, streaming, model="gemma", input="What's the weather in Paris for three days?",
-                       tools=TOOLS, tool_choice="required", max_output_tokens=120)  # fmt: skip
+                       tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_output_tokens=60)  # fmt: skip
     assert required["status"] == "completed", required
-    assert valid_calls(required, SCHEMAS)
+    assert len(valid_calls(required, SCHEMAS)) == 1
     named = respond(gemma, streaming, model="gemma", input="What time is it in Berlin?", tools=TOOLS,
                     tool_choice={"type": "function", "name": "get_weather"}, parallel_tool_calls=False,
-                    max_output_tokens=120)  # fmt: skip
+                    max_output_tokens=60)  # fmt: skip
     assert named["status"] == "completed", named
     (call,) = valid_calls(named, SCHEMAS)
     assert call["name"] == "get_weather"
@@ -223,9 +224,11 @@ def test_gemma_required_and_named_calls_validate(gemma: EngineServer, streaming:
 
 def test_gemma_auto_answers_or_calls(gemma: EngineServer) -> None:
     response = respond(gemma, True, model="gemma", input="What's the weather in Paris?", tools=TOOLS,
-                       max_output_tokens=80)  # fmt: skip
+                       parallel_tool_calls=False, max_output_tokens=60)  # fmt: skip
     assert response["status"] in ("completed", "incomplete")
-    assert valid_calls(response, SCHEMAS) or response["output_text"]
+    assert response["output_text"] or [item for item in response["output"] if item["type"] == "function_call"]
+    if response["status"] == "completed":  # a call cut at the limit may miss arguments
+        valid_calls(response, SCHEMAS)
 
 
 # --- a raw /completions engine -----------------------------------------------------------
