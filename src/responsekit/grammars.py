@@ -8,6 +8,8 @@
 * A lazy call grammar (`tool_choice` auto): the same calls, applied only from the
   format's start marker on (`trigger`), so free text stays free.
 * `text.format` json_schema / json_object: the answer is JSON of the schema.
+* A template without tool syntax (issue 14): llama.cpp's generic protocol, the whole
+  output one JSON object holding the calls or, with `tool_choice` auto, the answer.
 
 JSON schemas are converted by llama-cpp-python's converter (the one llama.cpp ships),
 except integers with bounds, which it would leave unbounded: those get an exact digit
@@ -189,6 +191,39 @@ def json_output(schema: dict[str, Any] | None, *, reasoning: tuple[str, str] | N
     value = rules.schema(schema if schema is not None else {"type": "object"}, "answer")
     rules.add("root", _with_reasoning(rules, reasoning, value, thinking_open, may_think))
     return Grammar(rules.text())
+
+
+def generic_json(tools: Sequence[FunctionTool], *, parallel: bool, answer: dict[str, Any] | None) -> Grammar:
+    """The whole output is one JSON object (llama.cpp's generic format, which the
+    `generic_json` parser reads): `{"tool_calls": [call, …]}`, or `{"tool_call": call}`
+    when calls are not parallel, each call `{"name": …, "arguments": …}` with arguments of
+    its tool's schema; or, when `answer` (a schema) is given, `{"response": …}` of it.
+
+    No `"id"` member, unlike llama.cpp: the parser then numbers the calls itself, so a
+    small model cannot give two calls one id.  Not lazy: every token is constrained.
+    """
+    rules = _Rules()
+    names = []
+    for index, tool in enumerate(tools):
+        arguments = rules.schema(tool.parameters or {"type": "object"}, f"args{index}")
+        names.append(rules.add(f"call{index}", f'{literal("{")} space {_key("name")} {literal(json.dumps(tool.name))} '
+                                               f'space {literal(",")} space {_key("arguments")} {arguments} {literal("}")} space'))  # fmt: skip
+    rules.add("call", " | ".join(names))
+    opening, closing = literal("{"), literal("}")
+    if parallel:
+        calls = f'{opening} space {_key("tool_calls")} "[" space call ("," space call)* "]" space {closing}'
+    else:
+        calls = f'{opening} space {_key("tool_call")} call {closing}'
+    if answer is not None:
+        response = rules.schema(answer, "response")
+        calls = f'({calls}) | {opening} space {_key("response")} {response} {closing}'
+    rules.add("root", calls)
+    return Grammar(rules.text())
+
+
+def _key(name: str) -> str:
+    """A JSON object's key and its colon, in GBNF."""
+    return f'{literal(json.dumps(name))} space ":" space'
 
 
 def _with_reasoning(rules: _Rules, tags: tuple[str, str] | None, body: str, thinking_open: bool,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import jinja2
-from jinja2 import nodes
+from jinja2 import meta, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -182,10 +182,12 @@ class ChatTemplate:
         except Exception as exc:  # noqa: BLE001  (any template bug — a None concatenated, a missing key… — is the request's 400)
             raise TemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
 
-    def render_request(self, request: GenerationRequest) -> str:
-        """The prompt for a canonical request (its tools unless `tool_choice` is none)."""
+    def render_request(self, request: GenerationRequest, messages: list[dict[str, Any]] | None = None) -> str:
+        """The prompt for a canonical request (its tools unless `tool_choice` is none), with
+        `messages` in place of its conversation when given (already in Hugging Face's shape)."""
         tools = chat_tools(request)
-        messages = chat_messages(request.messages, text_arguments=self.text_arguments)
+        if messages is None:
+            messages = chat_messages(request.messages, text_arguments=self.text_arguments)
         return self.render(messages, tools, **template_options(request), **_legacy_variables(tools))
 
     @property
@@ -217,6 +219,27 @@ class ChatTemplate:
         if as_object is None:
             return probe('{"probe_key": "probe_value"}') is not None
         return "{'probe_key'" in as_object
+
+    @cached_property
+    def reads_tools(self) -> bool:
+        """Whether the template reads `tools` (or FireFunction's `functions`) at all: one that
+        never does cannot show a model its tools (issue 14: Gemma 3, base models)."""
+        try:
+            read = meta.find_undeclared_variables(_ENV.parse(self.source))
+        except jinja2.TemplateSyntaxError:
+            return False
+        return "tools" in read or "functions" in read
+
+    @cached_property
+    def takes_system(self) -> bool:
+        """Whether a system message reaches the prompt (Gemma 2 refuses one, some templates
+        drop it), by a probe render as llama.cpp's capability probe does."""
+        needle = "<probe system text>"
+        try:
+            rendered = self.render([{"role": "system", "content": needle}, {"role": "user", "content": "probe"}])
+        except TemplateError:
+            return False
+        return needle in rendered
 
     @cached_property
     def stops(self) -> tuple[str, ...]:

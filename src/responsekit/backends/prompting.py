@@ -5,6 +5,7 @@ Both render the model's chat template themselves, so the rendered prompt decides
 the output starts inside reasoning (`Parser.thinking_open_in`), and both hand the text
 they get to the chat backend's `ChunkTranslator` (as `content` deltas), so parsing,
 call numbering, finish reasons and reasoning modes behave exactly as for chat upstreams.
+A template without tool syntax gets llama.cpp's generic protocol (`generic_tools`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..errors import APIError
 from ..events import Error
 from ..parsing import Parser, detect_format, get_parser
 from ..templates import ChatTemplate, TemplateError
+from . import generic_tools
 from .chat_upstream import ChunkTranslator, OutputParsing
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,11 @@ class ModelPrompting:
         self.parser: type[Parser] | None = get_parser(self.format) if self.format else None
         self.reasoning_mode: ReasoningMode = reasoning_mode
         self._warned: set[str] = set()
+        self.generic_tools = generic_tools.applies(template, parser)
+        """Whether tool calls go through the generic JSON protocol (a template without tool syntax)."""
+        if self.generic_tools:
+            log.info("model %s: its chat template has no tool syntax; tools are described in the system message "
+                     "and calls written as JSON under a grammar (llama.cpp's generic format)", name)  # fmt: skip
         if self.parser is None:
             log.warning("model %s: no output format recognised in its chat template; its text is passed as is", name)
 
@@ -59,16 +66,42 @@ class ModelPrompting:
     def plan(self, request: GenerationRequest) -> Plan | Error:
         """The prompt and its companions, or a 400 when the template refuses the conversation."""
         try:
-            prompt = self.template.render_request(request)
+            if self.generic_tools:
+                prompt = self.template.render_request(request, generic_tools.messages(request, self.template))
+            else:
+                prompt = self.template.render_request(request)
         except TemplateError as exc:
             return Error("invalid_request_error", str(exc), 400)
         # A lone surrogate (escaped in a request's JSON) has no UTF-8 form: it becomes "?",
         # as no tokenizer could take it.
         prompt = prompt.encode("utf-8", "replace").decode("utf-8")
-        thinking_open = self.parser.thinking_open_in(prompt) if self.parser else False
         stops = list(dict.fromkeys([*self.template.stops, *(request.stop or ())]))
+        if self.generic_tools and generic_tools.wanted(request):
+            parsing = OutputParsing(get_parser(generic_tools.FORMAT), False, self.reasoning_mode)
+            return Plan(prompt, stops, self._generic_grammar(request), ChunkTranslator(request, parsing))
+        thinking_open = self.parser.thinking_open_in(prompt) if self.parser else False
         translator = ChunkTranslator(request, OutputParsing(self.parser, thinking_open, self.reasoning_mode))
         return Plan(prompt, stops, self._grammar(request, thinking_open), translator)
+
+    def _generic_grammar(self, request: GenerationRequest) -> grammars.Grammar | None:
+        """The whole output one JSON object: the calls, or with `auto` the calls or the answer
+        (of the `text.format` schema, when one is asked for)."""
+        if not grammars.available():
+            self._warn_once("converter", "constrained decoding needs the `llama` extra (llama-cpp-python); "
+                            "requests are generated unconstrained")  # fmt: skip
+            return None
+        choice = request.tool_choice
+        tools = [tool for tool in request.tools if not isinstance(choice, NamedToolChoice) or tool.name == choice.name]
+        answer = None
+        if choice == "auto":
+            answer = _schema(request.response_format) or {"type": "object" if request.response_format else "string"}
+        if not tools:
+            return None
+        try:
+            return grammars.generic_json(tools, parallel=request.parallel_tool_calls is not False, answer=answer)
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            log.warning("model %s: no grammar for this request's schemas (%s); generating unconstrained", self.name, exc)
+            return None
 
     def _grammar(self, request: GenerationRequest, thinking_open: bool) -> grammars.Grammar | None:
         choice = request.tool_choice
