@@ -29,8 +29,10 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	npm ci --prefix tests/js --no-audit --no-fund </dev/null
 	touch $@
 
-## Install everything the tests need and run them all.
+## Install everything the tests need and run them all, after checking that every module src/
+## imports is a declared dependency (deptry; configured in pyproject.toml).
 test: $(VENV)/.installed-test tests/js/node_modules/.installed
+	$(BIN)/deptry src
 	$(BIN)/python -m pytest -q
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
