@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 ARGS ?=
-# The state tests run on SQLite and on this PostgreSQL (see .ci/run for starting it).
+# The state tests run on SQLite and on this PostgreSQL, or on a private one they start when it does
+# not answer and PostgreSQL is installed (tests/postgres.py).
 export RESPONSEKIT_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: run test bench bench-peers clean
