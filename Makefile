@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 ARGS ?=
-# The state tests run on SQLite and on this PostgreSQL (see .ci/run for starting it).
+# The state tests run on SQLite and on this PostgreSQL, or on a private one they start when it does
+# not answer and PostgreSQL is installed (tests/postgres.py).
 export RESPONSEKIT_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: run test bench bench-peers clean
@@ -44,8 +45,10 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	npm ci --prefix tests/js --no-audit --no-fund </dev/null
 	touch $@
 
-## Install everything the tests need and run them all.
+## Install everything the tests need and run them all, after checking that every module src/
+## imports is a declared dependency (deptry; configured in pyproject.toml).
 test: $(VENV)/.installed-test tests/js/node_modules/.installed
+	$(BIN)/deptry src
 	$(BIN)/python -m pytest -q
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python

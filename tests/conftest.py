@@ -14,6 +14,7 @@ import pytest
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
+from . import postgres
 from .harness import ScriptedUpstream, serve
 
 
@@ -44,14 +45,36 @@ class Server:
         return openai.OpenAI(base_url=self.base_url, api_key="test", max_retries=0, **options)  # type: ignore[arg-type]
 
 
-POSTGRES_URL = os.environ.get("RESPONSEKIT_TEST_DATABASE_URL")
-DATABASES = ["sqlite", "postgres"] if POSTGRES_URL else ["sqlite"]
-"""State tests run on both stores; PostgreSQL when RESPONSEKIT_TEST_DATABASE_URL is set (`make test` sets it)."""
+POSTGRES = postgres.choose()
+DATABASES = ["sqlite", "postgres"] if POSTGRES.available else ["sqlite"]
+"""State tests run on both stores: PostgreSQL as tests/postgres.py finds or starts it."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not POSTGRES.available and os.environ.get(postgres.REQUIRE_VARIABLE):
+        raise pytest.UsageError(f"{postgres.REQUIRE_VARIABLE} is set, but {POSTGRES.summary}")
+
+
+_private_cluster_used = False
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not POSTGRES_URL:
-        terminalreporter.write_line("PostgreSQL was not tested: set RESPONSEKIT_TEST_DATABASE_URL (make test does).")
+    if not POSTGRES.available or _private_cluster_used:
+        terminalreporter.write_line(POSTGRES.summary)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The PostgreSQL server of the session (its maintenance database), started on first use
+    when it is a private cluster."""
+    global _private_cluster_used
+    if POSTGRES.url:
+        yield POSTGRES.url
+        return
+    assert POSTGRES.pg_ctl
+    _private_cluster_used = True
+    with postgres.private_cluster(POSTGRES.pg_ctl) as url:
+        yield url
 
 
 @pytest.fixture
@@ -60,15 +83,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if getattr(request, "param", "sqlite") == "sqlite":
         yield f"sqlite:///{tmp_path / 'state.db'}"
         return
-    assert POSTGRES_URL
+    server: str = request.getfixturevalue("postgres_url")
     name = f"rk_test_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_postgres(f'CREATE DATABASE "{name}"'))
-    yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
-    asyncio.run(_postgres(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    asyncio.run(_postgres(server, f'CREATE DATABASE "{name}"'))
+    yield server.rsplit("/", 1)[0] + f"/{name}"
+    asyncio.run(_postgres(server, f'DROP DATABASE "{name}" WITH (FORCE)'))
 
 
-async def _postgres(sql: str) -> None:
-    connection = await asyncpg.connect(POSTGRES_URL)
+async def _postgres(server: str, sql: str) -> None:
+    connection = await asyncpg.connect(server)
     try:
         await connection.execute(sql)
     finally:

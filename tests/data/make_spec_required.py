@@ -1,13 +1,31 @@
-"""Regenerate `spec_required.json` from the shared wire checklist (`../shared/spec/spec.json`).
+"""Regenerate `spec_required.json`, the keys every Responses object and event must carry.
 
-The tests read the JSON this writes, so a fresh clone needs nothing outside the repo.
-Run: python tests/data/make_spec_required.py [path/to/spec.json]
+The tests read the JSON this writes, so a fresh clone needs nothing outside the repository;
+this script is needed only to refresh it when the API moves.
+
+Its input is a wire checklist of OpenAI's Responses API (`spec.json`): for each stream event
+type, output item type, the `Response` object and its usage, the keys that are required. The
+checklist was written from three public sources, whose versions `spec_required.json` records
+under `source`:
+
+* the `openai` Python SDK's pydantic types (`openai.types.responses`; PyPI `openai`): a
+  field without a default is required (`stream_events`, `output_items`, `response_object`,
+  `response_usage`, `sdk.version`);
+* OpenAI's OpenAPI document, https://github.com/openai/openai-openapi, which also requires
+  the keys the SDK shows as `Optional[...] = None` (`crosscheck_openai_openapi`: `info`,
+  `Response`, `stream_events`, `output_items`, each with `required`);
+* the Open Responses specification, https://github.com/openresponses/openresponses
+  (`crosscheck_openresponses`: `info`, `ResponseResource`, `streaming_events`).
+
+The checklist is not published as such: to refresh the keys, write a JSON of that shape from
+newer versions of those sources (the keys read below), then run
+    python tests/data/make_spec_required.py path/to/spec.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -50,4 +68,6 @@ def main(source: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parents[2] / "shared/spec/spec.json")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("spec", type=Path, help="the wire checklist (spec.json) described in this script's docstring")
+    main(parser.parse_args().spec)

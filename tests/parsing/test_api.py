@@ -19,7 +19,7 @@ from responsekit.parsing.detect import model_format, template_format
 
 from .parsing_support import TEMPLATES_DIR
 
-# formats.md §5: template file → format (templates it lists as uncatalogued are left out).
+# Template file → format (docs/parsing.md, *The corpus*); uncatalogued templates are left out.
 TEMPLATE_FORMATS = {
     "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use": "hermes_json",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": "hermes_json",

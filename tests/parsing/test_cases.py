@@ -1,4 +1,4 @@
-"""The shared corpus (tests/data/formats/cases.jsonl), compared as formats.md §4 says.
+"""The corpus (tests/data/formats/cases.jsonl), compared as docs/parsing.md says.
 
 Every case of a registered format runs one-shot, one character at a time and in random
 splits (hypothesis); the streamed results must equal the one-shot result exactly.

@@ -4,7 +4,7 @@ For the pythonic, llama4_pythonic, lfm2_pythonic, olmo3_pythonic and Llama-3 bui
 formats.  `PythonCallReader` reads one `name(k=v, …)` call and emits it as a tool call
 whose arguments stream as JSON.  Each keyword value goes through `PythonValue`, which
 converts Python literal syntax to JSON character by character, never re-reading what it
-has seen (formats.md §3.14):
+has seen (docs/parsing.md, pitfall 14):
 
 * strings stream JSON-escaped as they arrive: quotes `'`/`"`, triple quotes, prefixes
   (`r`, `b`, `f`), escapes decoded one at a time, implicit concatenation `"a" "b"`;

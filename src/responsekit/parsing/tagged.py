@@ -19,7 +19,7 @@ from responsekit.parsing.markers import MarkerScanner
 class TaggedParser(StreamParser):
     """Reasoning tags + content + tool-call markers; subclasses read the calls.
 
-    Rules (formats.md §2.10, §3): with `thinking_open` everything up to the first close
+    Rules (docs/parsing.md, *The formats*): with `thinking_open` everything up to the first close
     tag is reasoning, and an opening tag the model repeats there is dropped; otherwise
     an opening tag opens reasoning only before any content (or anywhere, with
     `open_anywhere`, for special-token tags).  Stop tokens are dropped wherever they

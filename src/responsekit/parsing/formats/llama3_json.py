@@ -9,7 +9,7 @@ A custom-tool call is the whole message: a JSON object at the start of the outpu
 taken as a call when it names a declared tool (`"parameters"` or `"arguments"`, an
 extra `"type": "function"` member is ignored), else content; calls are `;`-separated.
 After `<|python_tag|>` come a JSON call, a builtin call `NAME.call(k="v")` or raw
-Python, which becomes `code_interpreter({"code": …})` (formats.md §2.5).  The same
+Python, which becomes `code_interpreter({"code": …})` (docs/parsing.md, *The formats*).  The same
 parser serves `llama3_builtin_python_tag`: one Llama 3 output may hold either kind.
 """
 

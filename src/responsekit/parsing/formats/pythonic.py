@@ -6,7 +6,7 @@ ToolACE, Gemma 3 prompted for `[func(param=value)]`).
     [get_weather(city="Paris")]
     ```
 
-Gemma 3 often wraps the list in a `tool_code` fence (formats.md §2.6, §3.14).  A list
+Gemma 3 often wraps the list in a `tool_code` fence (docs/parsing.md, *The formats*).  A list
 or a fence is a call list only if its first call names a declared tool (Gemma's own
 examples show `print(f(…))` in a fence); otherwise it stays text.
 

@@ -1,0 +1,73 @@
+"""The package, installed without extras into a fresh virtualenv, serves (issue 14).
+
+`responsekit serve` must start on its base dependencies alone. The shared test environment
+has every extra and every test dependency, so a module that only they bring (jinja2 once
+came only with the test extras) goes unnoticed there; here it fails. deptry (`make test`)
+checks the declarations against the imports; this checks that they are enough to run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from .harness import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sources(destination: Path) -> Path:
+    """What a build reads, copied, so the build writes nothing into the checkout."""
+    destination.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, destination / name)
+    shutil.copytree(ROOT / "src", destination / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return destination
+
+
+def test_serve_answers_health_with_base_dependencies_only(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # Nothing of the test environment may leak in: not its PYTHONPATH (the checkout's src),
+    # nor settings meant for the test servers.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "RESPONSEKIT_", "VIRTUAL_ENV"))}
+    install = subprocess.run(
+        [venv / "bin/python", "-m", "pip", "install", "--quiet", str(_sources(tmp_path / "source"))],
+        env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    where = subprocess.run(
+        [venv / "bin/python", "-c", "import responsekit; print(responsekit.__file__)"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert where.stdout.startswith(str(venv)), where.stdout  # the installed copy, not the checkout
+
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [venv / "bin/responsekit", "serve", "--no-probe", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, f"serve exited with {process.returncode}:\n{log_path.read_text()}"
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                if response.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"no /health in 60 s:\n{log_path.read_text()}"
+            time.sleep(0.2)
+    finally:
+        process.terminate()
+        process.wait(15)
+    assert response.json()["status"]
