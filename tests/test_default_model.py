@@ -32,6 +32,9 @@ def test_a_fresh_server_serves_the_default_model(tmp_path: Path) -> None:
         assert "base model" in fallback["note"] and "not answer quality" in fallback["note"]
         assert "--upstream" in fallback["instead"] and "--hf-repo" in fallback["instead"]
         assert "--no-default-model" in fallback["instead"]
+        (engine,) = health["upstreams"]
+        assert engine["models"] == [DEFAULT_MODEL_NAME] and engine["reachable"]
+        assert engine["chat_template"].startswith("built-in 'gemma'")
 
         # A newcomer's first requests, to the listed model: both complete with text.
         body = {"model": models[0]["id"], "input": "Write one sentence about the sea.", "max_output_tokens": 24}

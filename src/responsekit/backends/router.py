@@ -194,6 +194,7 @@ class ModelRouter:
                 "kind": engine.kind,
                 "reachable": engine.loaded,
                 "models": [engine.config.name],
+                "chat_template": engine.template_origin,
             }
             for engine in self.engines
         ]
