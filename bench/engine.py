@@ -1,13 +1,15 @@
 """Tokens per second of the in-process engine through `/v1/responses`, against a bare
 llama-cpp-python generation loop on the same model and prompt.
 
-Two random-weight llama GGUFs are written first (nothing can be downloaded here): the
-test suite's tiny one (2 layers, 64 dims: generation costs almost nothing, so the table
-shows ResponseKit's own cost per token) and a ~0.1B one in f16 (12 layers, 768 dims:
-a generation speed like a small real model's on this machine). Neither ever ends its turn,
-so every run writes exactly the asked number of tokens.
+Three models: two random-weight llama GGUFs written first, the test suite's tiny one (2
+layers, 64 dims: generation costs almost nothing, so the table shows ResponseKit's own cost
+per token) and a ~0.1B one in f16 (12 layers, 768 dims), which never end their turn, so
+every run writes exactly the asked number of tokens; and the real Gemma 3 270M (Q4_K_M,
+the embedded default model, from the `llama` extra's package), which may end its turn
+before: each side's rate then counts the tokens it wrote (both stop at the end of turn).
 
-* bare: `Llama.generate` (greedy) fed the rendered prompt's tokens, each token detokenized.
+* bare: `Llama.generate` (greedy) fed the rendered prompt's tokens, each token detokenized,
+  with the same model parameters as ResponseKit's (no AMX repacking where it crashes).
 * ResponseKit: `responsekit serve --model` in its own process; a streaming `/v1/responses`
   request (greedy), read with httpx until `response.completed`.
 
@@ -34,14 +36,18 @@ from machine import describe
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
+from responsekit import default_model
+from responsekit.backends.llama_sequence import avoid_amx_repacking
 from responsekit.conversation import GenerationRequest, Message, TextPart
 from responsekit.templates import from_gguf
 from tests.tiny_gguf import write_tiny_gguf
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
+REAL = "Gemma 3 270M (Q4_K_M, real)"
 MODELS = {
     "tiny (2 layers, 64 dims)": {},
     "small (12 layers, 768 dims, f16)": {"embd": 768, "layers": 12, "ff": 2048, "heads": 12, "half": True},
+    REAL: None,
 }
 
 
@@ -54,9 +60,12 @@ def free_port() -> int:
 def bare(path: Path, prompt: str, tokens: int) -> tuple[float, float, int]:
     """(decode seconds, end-to-end seconds, tokens) of llama-cpp-python's own loop."""
     from llama_cpp import Llama
+    from llama_cpp import llama_cpp as native
 
+    avoid_amx_repacking()
     llama = Llama(str(path), n_ctx=4096, verbose=False)
-    prompt_tokens = llama.tokenize(prompt.encode(), add_bos=False, special=True)
+    add_bos = bool(llama._model.add_bos_token())
+    prompt_tokens = llama.tokenize(prompt.encode(), add_bos=add_bos, special=True)
     best = (float("inf"), float("inf"), 0)
     for _ in range(3):
         llama.reset()
@@ -64,6 +73,8 @@ def bare(path: Path, prompt: str, tokens: int) -> tuple[float, float, int]:
         first = 0.0
         count = 0
         for token in llama.generate(prompt_tokens, temp=0.0, top_k=40, top_p=0.95, min_p=0.05, reset=True):
+            if native.llama_vocab_is_eog(llama._model.vocab, token):
+                break
             llama.detokenize([token])
             count += 1
             if count == 1:
@@ -132,18 +143,23 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as directory:
         for label, shape in MODELS.items():
-            tokens = args.tokens or (2000 if not shape else 256)
-            name = "tiny" if not shape else "small"
-            path = write_tiny_gguf(Path(directory) / f"{name}.gguf", **shape)  # type: ignore[arg-type]
-            request = GenerationRequest(name, [Message("user", [TextPart(PROMPT)])])
+            if shape is None:
+                tokens = args.tokens or 256
+                path = default_model.model_file(Path(directory))
+            else:
+                tokens = args.tokens or (2000 if not shape else 256)
+                path = write_tiny_gguf(Path(directory) / f"{'small' if shape else 'tiny'}.gguf", **shape)  # type: ignore[arg-type]
+            request = GenerationRequest(path.stem, [Message("user", [TextPart(PROMPT)])])
             prompt = from_gguf(path).render_request(request)
             bare_decode, bare_total, bare_count = bare(path, prompt, tokens)
             rk_decode, rk_total, rk_count = served(path, tokens)
-            assert bare_count == rk_count == tokens, (bare_count, rk_count)
+            if shape is not None:
+                assert bare_count == rk_count == tokens, (bare_count, rk_count)
             # Decode rates count the tokens after the first.
-            b_dec, r_dec = (tokens - 1) / bare_decode, (tokens - 1) / rk_decode
-            b_all, r_all = tokens / bare_total, tokens / rk_total
-            print(f"| {label} | {tokens} | {b_dec:,.0f} | {r_dec:,.0f} | {r_dec / b_dec:.2f} | {b_all:,.0f} "
+            b_dec, r_dec = (bare_count - 1) / bare_decode, (rk_count - 1) / rk_decode
+            b_all, r_all = bare_count / bare_total, rk_count / rk_total
+            counts = f"{tokens}" if bare_count == rk_count == tokens else f"{bare_count} / {rk_count}"
+            print(f"| {label} | {counts} | {b_dec:,.0f} | {r_dec:,.0f} | {r_dec / b_dec:.2f} | {b_all:,.0f} "
                   f"| {r_all:,.0f} | {r_all / b_all:.2f} |")  # fmt: skip
 
 
