@@ -266,4 +266,8 @@ def test_ids_no_store_can_hold_are_answered_as_unknown_ids(server):
                 assert answer == unknown, (name, value, answer)
 
         check()
+    for name in ("\ud800", "a\x00"):  # a vector store's name is a column of its own, not escaped JSON
+        for path in ("/vector_stores", f"/vector_stores/{ids['vector_store']}"):
+            assert _answer(_json(client, "POST", path, {"name": name})) == (
+                400, ("invalid_request_error", "invalid_value", "name"))  # fmt: skip
     assert client.get("/models").status_code == 200, "the server is still up"
