@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -11,7 +14,9 @@ from hypothesis import strategies as st
 
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
+from responsekit.ids import storable_id
 
+from .conftest import DATABASES
 from .harness import serve, text_exchange
 
 
@@ -121,3 +126,148 @@ def test_malformed_mcp_tools_are_400s(server):
         answer = httpx.post(f"{server.base_url}/responses", json={"model": "test-model", "input": "x", "tools": [tool]})
         assert answer.status_code == 400, (tool, answer.text)
     assert server.upstream.requests == []
+
+
+# --- ids no store can hold (issue 14) -----------------------------------------------------
+
+# Ids no stored object has: lone surrogates (valid JSON: `"\ud800"`), NULs (PostgreSQL's text
+# refuses them), very long or odd text. URLs cannot carry a surrogate; bodies can.
+ODD_ID = st.one_of(  # what a URL can carry too: no surrogates
+    st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40),
+    st.text(max_size=12).map(lambda text: f"resp_{text}\x00"),
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=6).map(lambda text: "x" * 600 + text),
+    st.sampled_from(["\x00", "\u202e\u0301", "\U0001f600" * 3, "%00", "..", " ", "\ufeff", "\uffff", "x" * 2000]),
+)
+BODY_ID = st.one_of(
+    ODD_ID,
+    st.text(st.characters(categories=["Cs"]), min_size=1, max_size=4),
+    st.tuples(st.text(max_size=8), st.characters(categories=["Cs"])).map("".join),
+    st.just("\ud800\ud800"),
+)
+PATH_ID = ODD_ID.filter(lambda text: "/" not in text and text.strip(".") != "")
+"""Ids a URL carries: no `/` (another route), not `.` or `..` (a URL normalizes them away)."""
+
+Call = Callable[[httpx.Client, str], httpx.Response]
+
+
+def _json(client: httpx.Client, method: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    """A body with lone surrogates escaped, as a client's JSON carries them (not UTF-8 encodable)."""
+    return client.request(method, path, content=json.dumps(body), headers={"content-type": "application/json"})
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _positions(ids: dict[str, str]) -> dict[str, tuple[str, Call]]:
+    """Every place a client names an id: (what carries it, a call sending the id there)."""
+    conversation, store, response = ids["conversation"], ids["vector_store"], ids["response"]
+    create = {"model": "test-model", "input": "x"}
+    return {
+        "previous_response_id": ("body", lambda c, i: _json(c, "POST", "/responses", {**create, "previous_response_id": i})),
+        "previous_response_id streamed": ("body", lambda c, i: _json(c, "POST", "/responses",
+                                                                     {**create, "previous_response_id": i, "stream": True})),
+        "compact previous_response_id": ("body", lambda c, i: _json(c, "POST", "/responses/compact",
+                                                                    {**create, "previous_response_id": i})),
+        "input_tokens previous_response_id": ("body", lambda c, i: _json(c, "POST", "/responses/input_tokens",
+                                                                         {**create, "previous_response_id": i})),
+        "conversation": ("body", lambda c, i: _json(c, "POST", "/responses", {**create, "conversation": i})),
+        "conversation.id": ("body", lambda c, i: _json(c, "POST", "/responses", {**create, "conversation": {"id": i}})),
+        "item_reference": ("body", lambda c, i: _json(c, "POST", "/responses", {**create, "input": [
+            {"type": "item_reference", "id": i}, {"role": "user", "content": "x"}]})),
+        "input item id": ("body", lambda c, i: _json(c, "POST", f"/conversations/{ids['scratch']}/items", {
+            "items": [{"type": "message", "role": "user", "content": "x", "id": i}]})),
+        "file_search vector_store_ids": ("body", lambda c, i: _json(c, "POST", "/responses", {
+            **create, "tools": [{"type": "file_search", "vector_store_ids": [i]}]})),
+        "vector_stores.create file_ids": ("body", lambda c, i: _json(c, "POST", "/vector_stores", {"file_ids": [i]})),
+        "vector_stores.files.create file_id": ("body", lambda c, i: _json(c, "POST", f"/vector_stores/{store}/files",
+                                                                          {"file_id": i})),
+        "file_batches.create file_ids": ("body", lambda c, i: _json(c, "POST", f"/vector_stores/{store}/file_batches",
+                                                                    {"file_ids": [i]})),
+        "GET /responses/{id}": ("path", lambda c, i: c.get(f"/responses/{_segment(i)}")),
+        "DELETE /responses/{id}": ("path", lambda c, i: c.delete(f"/responses/{_segment(i)}")),
+        "/responses/{id}/input_items": ("path", lambda c, i: c.get(f"/responses/{_segment(i)}/input_items")),
+        "/responses/{id}/cancel": ("path", lambda c, i: c.post(f"/responses/{_segment(i)}/cancel")),
+        "GET /conversations/{id}": ("path", lambda c, i: c.get(f"/conversations/{_segment(i)}")),
+        "POST /conversations/{id}": ("path", lambda c, i: c.post(f"/conversations/{_segment(i)}",
+                                                                 json={"metadata": {"a": "b"}})),
+        "DELETE /conversations/{id}": ("path", lambda c, i: c.delete(f"/conversations/{_segment(i)}")),
+        "/conversations/{id}/items": ("path", lambda c, i: c.get(f"/conversations/{_segment(i)}/items")),
+        "GET /conversations/{c}/items/{id}": ("path", lambda c, i: c.get(
+            f"/conversations/{conversation}/items/{_segment(i)}")),
+        "DELETE /conversations/{c}/items/{id}": ("path", lambda c, i: c.delete(
+            f"/conversations/{conversation}/items/{_segment(i)}")),
+        "GET /files/{id}": ("path", lambda c, i: c.get(f"/files/{_segment(i)}")),
+        "DELETE /files/{id}": ("path", lambda c, i: c.delete(f"/files/{_segment(i)}")),
+        "/files/{id}/content": ("path", lambda c, i: c.get(f"/files/{_segment(i)}/content")),
+        "GET /vector_stores/{id}": ("path", lambda c, i: c.get(f"/vector_stores/{_segment(i)}")),
+        "POST /vector_stores/{id}": ("path", lambda c, i: c.post(f"/vector_stores/{_segment(i)}", json={"name": "n"})),
+        "DELETE /vector_stores/{id}": ("path", lambda c, i: c.delete(f"/vector_stores/{_segment(i)}")),
+        "/vector_stores/{id}/search": ("path", lambda c, i: c.post(f"/vector_stores/{_segment(i)}/search",
+                                                                   json={"query": "q"})),
+        "/vector_stores/{id}/files": ("path", lambda c, i: c.get(f"/vector_stores/{_segment(i)}/files")),
+        "GET /vector_stores/{v}/files/{id}": ("path", lambda c, i: c.get(f"/vector_stores/{store}/files/{_segment(i)}")),
+        "DELETE /vector_stores/{v}/files/{id}": ("path", lambda c, i: c.delete(
+            f"/vector_stores/{store}/files/{_segment(i)}")),
+        "/vector_stores/{v}/file_batches/{id}": ("path", lambda c, i: c.get(
+            f"/vector_stores/{store}/file_batches/{_segment(i)}")),
+        "/vector_stores/{v}/file_batches/{id}/cancel": ("path", lambda c, i: c.post(
+            f"/vector_stores/{store}/file_batches/{_segment(i)}/cancel")),
+        "/vector_stores/{v}/file_batches/{id}/files": ("path", lambda c, i: c.get(
+            f"/vector_stores/{store}/file_batches/{_segment(i)}/files")),
+        "input_items after": ("query", lambda c, i: c.get(f"/responses/{response}/input_items", params={"after": i})),
+        "conversation items after": ("query", lambda c, i: c.get(f"/conversations/{conversation}/items",
+                                                                 params={"after": i})),
+        "files after": ("query", lambda c, i: c.get("/files", params={"after": i})),
+        "vector_stores after": ("query", lambda c, i: c.get("/vector_stores", params={"after": i})),
+        "vector_stores before": ("query", lambda c, i: c.get("/vector_stores", params={"before": i})),
+        "vector store files after": ("query", lambda c, i: c.get(f"/vector_stores/{store}/files", params={"after": i})),
+        "vector store files before": ("query", lambda c, i: c.get(f"/vector_stores/{store}/files",
+                                                                  params={"before": i})),
+    }  # fmt: skip
+
+
+LENIENT = {"item_reference", "input_items after"}
+"""Positions whose unknown ids are no error: a reference to an unknown item is dropped (a replayed
+history must not fail), and an unknown cursor of a response's input items gives an empty page."""
+
+
+def _answer(response: httpx.Response) -> tuple[int, Any]:
+    """What must be the same for an unknown id and an id no store can hold: the status and the
+    error's type, code and param (its message quotes the id)."""
+    if response.status_code < 400:
+        return response.status_code, None
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}, response.text
+    return response.status_code, (error["type"], error["code"], error["param"])
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_ids_no_store_can_hold_are_answered_as_unknown_ids(server):
+    """Each id position, fuzzed: the answer is the one an unknown id gets (400 or 404 in
+    OpenAI's envelope), on both stores, never a 500."""
+    server.upstream.responder = lambda body: text_exchange("ok")
+    client = httpx.Client(base_url=server.base_url, timeout=30)
+    conversation = client.post("/conversations", json={"items": [{"role": "user", "content": "hi"}]}).json()["id"]
+    ids = {"conversation": conversation, "scratch": client.post("/conversations", json={}).json()["id"],
+           "vector_store": client.post("/vector_stores", json={}).json()["id"],
+           "response": client.post("/responses", json={"model": "test-model", "input": "x"}).json()["id"]}  # fmt: skip
+    for name, (carrier, call) in _positions(ids).items():
+        unknown = _answer(call(client, "unknown_0123456789abcdef"))
+        assert unknown[0] in ((200,) if name in LENIENT | {"input item id"} else (400, 404)), (name, unknown)
+
+        @hypothesis_settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(BODY_ID if carrier == "body" else PATH_ID)
+        def check(value: str) -> None:
+            answer = _answer(call(client, value))
+            if name == "input item id" and not storable_id(value):  # the id the item is to be stored under
+                assert answer == (400, ("invalid_request_error", "invalid_value", "items[0]")), (value, answer)
+            else:
+                assert answer == unknown, (name, value, answer)
+
+        check()
+    for name in ("\ud800", "a\x00"):  # a vector store's name is a column of its own, not escaped JSON
+        for path in ("/vector_stores", f"/vector_stores/{ids['vector_store']}"):
+            assert _answer(_json(client, "POST", path, {"name": name})) == (
+                400, ("invalid_request_error", "invalid_value", "name"))  # fmt: skip
+    assert client.get("/models").status_code == 200, "the server is still up"

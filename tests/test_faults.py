@@ -126,6 +126,8 @@ def _check_outcome(response: dict[str, Any], fault: str) -> None:
     assert (response["error"] or {}).get("code") == code
     if status == "completed":
         assert response["output_text"] == TRICKLED
+    if fault == "invalid_tool_arguments":  # announced done, so in the output: cut short, never to be made
+        assert [(item["type"], item["status"]) for item in response["output"]] == [("function_call", "incomplete")]
 
 
 @pytest.mark.parametrize("database_url", DATABASES, indirect=True)
@@ -155,7 +157,9 @@ def test_fault_ends_the_stream_and_is_stored_with_its_status(faulty, fault):
     with httpx.stream("GET", f"{base}/responses/{queued['id']}", params={"stream": "true"}, timeout=30) as replay:
         events, done = read_sse(replay.iter_lines())
     assert done
-    _check_outcome(check_stream(events), fault)
+    replayed = check_stream(events)
+    _check_outcome(replayed, fault)
+    assert replayed == finished, "the stored response is the one the replayed stream ends with"
 
 
 @pytest.mark.parametrize("fault", FAULTS)

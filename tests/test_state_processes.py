@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from .conftest import DATABASES
-from .harness import check_response, check_stream, output, read_sse, slow_exchange, start_cli, text_exchange, wait_for
+from .harness import (check_response, check_stream, check_terminal_output, output, read_sse, slow_exchange,
+                      start_cli, text_exchange, wait_for)  # fmt: skip
 
 
 def replica(upstream, database_url: str, **env: str):
@@ -61,10 +62,11 @@ def test_two_replicas_share_responses_and_streams(upstream, database_url):
 @pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 def test_sigkill_mid_write_leaves_a_consistent_store(upstream, database_url):
     upstream.time_scale = 1.0
-    # The background response is still generating when the server is killed.
-    upstream.responder = lambda body: slow_exchange(
-        1000 if body["messages"][-1]["content"] == "b" else 30, 0.01
-    )
+    # The background response is still generating when the server is killed (its reasoning done, its text not).
+    upstream.responder = lambda body: (
+        slow_exchange(1000, 0.01, reasoning="Thinking.") if body["messages"][-1]["content"] == "b"
+        else slow_exchange(30, 0.01)
+    )  # fmt: skip
     process, url = replica(upstream, database_url)
     finished: list[str] = []
 
@@ -112,6 +114,9 @@ def test_sigkill_mid_write_leaves_a_consistent_store(upstream, database_url):
         with httpx.stream("GET", f"{url}/v1/responses/{background['id']}", params={"stream": "true"}) as answer:
             events, done = read_sse(answer.iter_lines())
         assert done and events[-1]["type"] == "response.failed"
+        check_terminal_output(events)  # the reasoning item announced done before the kill is in the output
+        assert [item["type"] for item in events[-1]["response"]["output"]] == ["reasoning"]
+        assert httpx.get(f"{url}/v1/responses/{background['id']}").json() == events[-1]["response"]
         follow = httpx.post(f"{url}/v1/responses",
                             json={"model": "test-model", "input": "y", "previous_response_id": finished[0]})  # fmt: skip
         assert follow.json()["output_text"] == "after restart"

@@ -12,7 +12,7 @@ import json
 import logging
 from typing import Any
 
-from .ids import new_id
+from .ids import MAX_CLIENT_ID, new_id, storable_id
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ def normalize_item(item: Any) -> dict[str, Any] | str:
     result = {**item, "type": kind}
     if not isinstance(result.get("id"), str) or not result["id"]:
         result["id"] = new_id(_ID_PREFIXES[kind])
+    elif not storable_id(result["id"]):
+        return (f"its id {ascii(result['id'][:80])} cannot be stored (a NUL, a lone surrogate, or more than "
+                f"{MAX_CLIENT_ID} characters)")
     if kind == "message":
         return _message(result)
     if kind in ("function_call", "custom_tool_call"):

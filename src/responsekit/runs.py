@@ -177,7 +177,9 @@ class Runs:
             if response["id"] in self._runs:
                 continue
             log.warning("background response %s lost its runner; marking it failed", response["id"])
-            renderer = ResponseRenderer(response, ToolSet(), await self.store.last_sequence(response["id"]) + 1)
+            stored = [json.loads(text) for _, text in await self.store.events_after(response["id"], -1)]
+            renderer = ResponseRenderer(response, ToolSet(), stored[-1]["sequence_number"] + 1 if stored else 0)
+            renderer.resume({e["output_index"]: e["item"] for e in stored if e["type"] == "response.output_item.done"})
             message = "The server running this response stopped before it finished."
             events = renderer.feed(Error("server_error", message, 500))
             await self.store.finish_response(renderer.response, [(e["sequence_number"], dumps(e)) for e in events])

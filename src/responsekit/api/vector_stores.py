@@ -14,6 +14,7 @@ from ..files.chunking import strategy
 from ..files.extract import ExtractionError, extract_text
 from ..files.service import VectorStores, not_found
 from ..ids import new_id
+from ..store.database import storable
 from .http import read_body
 
 router = APIRouter()
@@ -90,6 +91,7 @@ def service(request: Request) -> VectorStores:
 @router.post("/vector_stores")
 async def create_store(request: Request, owner: Owner) -> dict[str, Any]:
     body = await read_body(request, CreateStore)
+    _check_name(body.name)
     _check_metadata(body.metadata)
     chunking = strategy(body.chunking_strategy)
     stores = service(request)
@@ -131,6 +133,7 @@ async def retrieve_store(request: Request, vector_store_id: str, owner: Owner) -
 @router.post("/vector_stores/{vector_store_id}")
 async def update_store(request: Request, vector_store_id: str, owner: Owner) -> dict[str, Any]:
     body = await read_body(request, UpdateStore)
+    _check_name(body.name)
     _check_metadata(body.metadata)
     await _store(request, owner, vector_store_id)
     changes: dict[str, Any] = {}
@@ -325,6 +328,12 @@ def _file_not_found(vector_store_id: str, file_id: str) -> APIError:
 
 def _bad_cursor(cursor: str | None) -> APIError:
     return APIError(400, f"The cursor names no object of this list: {cursor!r}.", param="after", code="invalid_value")
+
+
+def _check_name(name: str | None) -> None:
+    """The name is a column of its own (metadata and attributes are stored as escaped JSON)."""
+    if name is not None and not storable(name):
+        raise APIError(400, "The name cannot hold a NUL or a lone surrogate.", param="name", code="invalid_value")
 
 
 def _check_metadata(metadata: dict[str, str] | None) -> None:

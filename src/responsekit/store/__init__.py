@@ -245,12 +245,6 @@ class Store:
         )
         return [json.loads(row[0]) for row in rows]
 
-    async def last_sequence(self, response_id: str) -> int:
-        row = await self.database.fetchrow(
-            "SELECT MAX(sequence_number) FROM response_events WHERE response_id = ?", response_id
-        )
-        return -1 if row is None or row[0] is None else int(row[0])
-
     # --- conversations -------------------------------------------------------------------
 
     async def create_conversation(

@@ -1,6 +1,12 @@
 """A minimal async database connection, implemented for SQLite and PostgreSQL.
 
 The store writes its SQL once, with `?` placeholders; each implementation adapts it.
+
+A client can send text no database holds: JSON carries lone surrogates (`"\\ud800"`), which
+neither database can encode, and NULs, which PostgreSQL's text type refuses. No stored
+value equals such text, so a read given it finds no row rather than failing (issue 14): an id
+that cannot exist is simply not found, on every route that looks one up. What a client
+names for storage (item ids, names) is checked where it enters, with `storable`.
 """
 
 from __future__ import annotations
@@ -10,6 +16,26 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 Row = Sequence[Any]
+
+
+def storable(text: str) -> bool:
+    """Whether both databases can hold this text: no NUL (PostgreSQL's text refuses it) and
+    no lone surrogate (UTF-8 cannot encode it)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def matchable(args: Sequence[Any]) -> bool:
+    """Whether a read with these parameters can find anything: False when one of them is text
+    no database holds, which therefore equals no stored value."""
+    return all(storable(arg) for arg in args if isinstance(arg, str))
 
 
 class Connection(Protocol):

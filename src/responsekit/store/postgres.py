@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from .database import Connection, Row
+from .database import Connection, Row, matchable
 
 
 @lru_cache(maxsize=512)
@@ -45,9 +45,13 @@ class PostgresDatabase:
         await self._pool.executemany(_numbered(sql), rows)
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        if not matchable(args):
+            return []
         return list(await self._pool.fetch(_numbered(sql), *args))
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        if not matchable(args):
+            return None
         return await self._pool.fetchrow(_numbered(sql), *args)
 
 
@@ -62,7 +66,11 @@ class _Connection:
         await self._connection.executemany(_numbered(sql), rows)
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        if not matchable(args):
+            return []
         return list(await self._connection.fetch(_numbered(sql), *args))
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        if not matchable(args):
+            return None
         return await self._connection.fetchrow(_numbered(sql), *args)

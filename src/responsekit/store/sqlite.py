@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..dedicated_thread import DedicatedThread
-from .database import Connection, Row
+from .database import Connection, Row, matchable
 
 T = TypeVar("T")
 Statement = tuple[str, tuple[Any, ...] | list[tuple[Any, ...]], bool]
@@ -109,6 +109,8 @@ class SQLiteDatabase:
             await connection.executemany(sql, rows)
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        if not matchable(args):
+            return []
         async with self._lock:
             return await self._thread.run(lambda: self._connection.execute(sql, args).fetchall())
 
@@ -168,6 +170,9 @@ class _Batch:
         self.pending.append((sql, rows, True))
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        if not matchable(args):
+            return []
+
         def read() -> list[Row]:
             return self._connection.execute(sql, args).fetchall()
 

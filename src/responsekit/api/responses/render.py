@@ -108,7 +108,8 @@ class ResponseRenderer:
         self._calls: dict[int, _Call] = {}
         self._usage: Usage | None = None
         self._broken: Error | None = None
-        """Set when the model ended a function call whose arguments are not JSON: the response fails."""
+        """Set when the model ended a function call whose arguments are not JSON: the response fails
+        (with the call, `incomplete`, in its output)."""
         self.finished = False
         self.error: Error | None = None
 
@@ -143,6 +144,11 @@ class ResponseRenderer:
         else:
             out.append(self._event("response.output_item.added", output_index=index, item=item))
         self._done(out, index, item)
+
+    def resume(self, done: dict[int, dict[str, Any]]) -> None:
+        """Take over a stream another runner began: the items it announced done (by output
+        index) stay in the output of whatever ends the response (issue 14)."""
+        self._items = [done.get(index) for index in range(max(done, default=-1) + 1)]
 
     def add_ready_item(self, item: dict[str, Any]) -> None:
         """An item complete before generation starts (a compaction item): it opens the output."""
@@ -420,9 +426,10 @@ class ResponseRenderer:
             item["status"] = "incomplete"
             self._broken = Error("server_error", f"The model called `{item['name']}` with arguments that are not "
                                  "valid JSON.", 502)  # fmt: skip
+        # Announced done, so part of the failed response's output (issue 14), `incomplete` as any
+        # call a failure cut short: `output_item.done` says the item is final, and no client
+        # makes a call from a response that failed.
         self._done(out, call.output_index, item)
-        if broken:
-            self._items[call.output_index] = None  # a call no client can make is not part of the answer
 
     def _tool_result(self, out: list[dict[str, Any]], result: ToolResult) -> None:
         """A server-run call's outcome completes its item (and may bring citable results)."""
