@@ -157,6 +157,8 @@ class LocalModel(BaseModel):
     """Sequences generated at once (each its own context); more requests wait in turn."""
     max_queue: int = Field(default=64, ge=0)
     """Requests that may wait for a sequence; beyond, 429."""
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    """The longest answer when a request sets no `max_output_tokens` (default: what the context leaves)."""
 
     @field_validator("parser")
     @classmethod

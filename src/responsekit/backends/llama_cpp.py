@@ -165,7 +165,7 @@ class LlamaCppBackend:
         loop = asyncio.get_running_loop()
         handoff = Handoff(loop)
         cancel = threading.Event()
-        limit = min(request.max_output_tokens or room, room)
+        limit = min(request.max_output_tokens or self.config.max_output_tokens or room, room)
         sampling = DEFAULT_SAMPLING.with_request(request)
         worker = loop.run_in_executor(None, self._work, sequence, tokens, limit, sampling, plan, cancel, handoff.put)
         worker.add_done_callback(lambda _: self._release(sequence))

@@ -32,6 +32,9 @@ REFRESH_INTERVAL = 10.0
 """Seconds between model-list refreshes triggered by requests for unknown models."""
 DEFAULT_MODEL_CONTEXT = 8192
 """The embedded model's context per sequence (Gemma 3 270M reads 32k; this keeps memory small)."""
+DEFAULT_MODEL_MAX_OUTPUT = 256
+"""The embedded model's longest answer when a request sets none: a base model rarely ends its
+turn, and filling the context took ~7 minutes on 2 cores for a newcomer's first request."""
 INSTEAD = (
     "To serve a real model instead, start an engine on its usual port (llama.cpp, Ollama, vLLM, SGLang, "
     "LM Studio) or pass --upstream URL, or run a GGUF in-process with --model FILE or --hf-repo REPO "
@@ -85,7 +88,8 @@ class ModelRouter:
             log.warning("%s, and %s. %s", reason, self.default_model_status["error"], INSTEAD)
             return
         path = await asyncio.to_thread(default_model.model_file, self._data_dir / "models")
-        engine = LlamaCppBackend(LocalModel(name=default_model.DEFAULT_MODEL_NAME, path=path, context=DEFAULT_MODEL_CONTEXT))
+        engine = LlamaCppBackend(LocalModel(name=default_model.DEFAULT_MODEL_NAME, path=path, context=DEFAULT_MODEL_CONTEXT,
+                                            max_output_tokens=DEFAULT_MODEL_MAX_OUTPUT))
         self.default_model_status = {"model": engine.model, "reason": reason, "note": default_model.NOTE, "instead": INSTEAD}
         log.warning("%s: serving the embedded default model %s in-process. %s %s", reason, engine.model,
                     default_model.NOTE, INSTEAD)  # fmt: skip
