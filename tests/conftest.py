@@ -182,39 +182,11 @@ def engine_server(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture(scope="session")
 def llama_cpp_upstream(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`python -m llama_cpp.server` serving the tiny model on loopback; yields its /v1 URL."""
-    import subprocess
-    import sys
-    import time
+    from .llama_server import llama_cpp_server
 
-    import httpx
-
-    from .harness import free_port
-
-    port = free_port()
-    log = (tmp_path_factory.mktemp("llama-server") / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(tiny_gguf), "--model_alias", "tiny",
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--verbose", "false"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(Path(log.name).read_text())
-        time.sleep(0.1)
-    try:
+    with llama_cpp_server(tiny_gguf, "tiny", tmp_path_factory.mktemp("llama-server"), "--n_ctx", "4096",
+                          "--verbose", "false") as url:  # fmt: skip
         yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,6 @@ chained turn's prefix. Generations are kept short (2 cores).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,8 @@ from responsekit.app import create_app
 from responsekit.config import LocalModel, Settings, UpstreamConfig
 
 from .conftest import EngineServer
-from .harness import check_response, check_stream, free_port, read_sse, serve
+from .harness import check_response, check_stream, read_sse, serve
+from .llama_server import llama_cpp_server
 
 MODEL = "gemma-3-270m"
 WEATHER_SCHEMA = {
@@ -120,42 +118,19 @@ def test_a_chained_turn_reuses_the_cached_prefix(gemma_server: EngineServer) -> 
 
 
 @pytest.fixture(scope="module")
-def llama_cpp_server(gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`python -m llama_cpp.server` (llama-cpp-python's own server: a real engine that is not
-    ours) serving Gemma with its Gemma chat format; yields its /v1 URL."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("llama-cpp-server") / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("llama_server.py")), "--model", str(gemma_gguf), "--model_alias", MODEL,
-         "--chat_format", "gemma", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(Path(log.name).read_text())
-        time.sleep(0.2)
-    try:
+def gemma_llama_cpp_server(gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama-cpp-python's own server serving Gemma with its Gemma chat format; yields its /v1 URL."""
+    with llama_cpp_server(gemma_gguf, MODEL, tmp_path_factory.mktemp("llama-cpp-server"), "--chat_format", "gemma",
+                          "--n_ctx", "2048") as url:  # fmt: skip
         yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
 
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_behind_llama_cpp_python_server_a_streamed_response_completes(
-    llama_cpp_server: str, gemma_gguf: Path, tmp_path: Path, api: str
+    gemma_llama_cpp_server: str, gemma_gguf: Path, tmp_path: Path, api: str
 ) -> None:
     # `completions`: ResponseKit renders the template it chooses for the GGUF and sends the prompt.
-    upstream = UpstreamConfig(name="llama-cpp-python", base_url=llama_cpp_server, api=api, models=[MODEL],
+    upstream = UpstreamConfig(name="llama-cpp-python", base_url=gemma_llama_cpp_server, api=api, models=[MODEL],
                               **({"chat_template": gemma_gguf} if api == "completions" else {}))  # fmt: skip
     app = create_app(_settings(tmp_path, upstreams=[upstream]))
     with serve(app) as url:
