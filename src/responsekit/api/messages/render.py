@@ -92,6 +92,9 @@ class MessagesRenderer:
         self._arguments: list[str] = []
         self._usage: Usage | None = None
         self._output_chars = 0
+        self._broken: Error | None = None
+        """Set when a call's arguments are not a JSON object: a `tool_use` block cannot hold them,
+        so the answer fails, as a Responses answer does."""
 
     def start(self) -> list[dict[str, Any]]:
         message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
@@ -115,17 +118,21 @@ class MessagesRenderer:
             return out + self._open_block("tool_use", {"type": "tool_use", "id": event.id, "name": event.name,
                                                        "input": {}})  # fmt: skip
         if isinstance(event, ToolCallEnd):
-            return self._close() if self._open_call == event.index else []
+            out = self._close() if self._open_call == event.index else []
+            return out + self._fail(self._broken) if self._broken is not None else out
         if isinstance(event, Usage):
             self._usage = event
             return []
         if isinstance(event, Finish):
             return self._finish(STOP_REASONS.get(event.reason, "end_turn"), None)
         if isinstance(event, Error):
-            self.finished = True
-            self.error = event
-            return [error_envelope(event.status, error_message(event))]
+            return self._fail(event)
         return []
+
+    def _fail(self, error: Error) -> list[dict[str, Any]]:
+        self.finished = True
+        self.error = error
+        return [error_envelope(error.status, error_message(error))]
 
     # --- blocks ------------------------------------------------------------------------------
 
@@ -151,7 +158,11 @@ class MessagesRenderer:
         elif self._open == "text":
             block["text"] = "".join(self._text_parts)
         elif self._open == "tool_use":
-            block["input"] = _input(self._arguments, block["name"])
+            arguments = _input(self._arguments)
+            if arguments is None:
+                self._broken = Error("server_error", f"The model called `{block['name']}` with arguments that are "
+                                     "not a JSON object.", 502)  # fmt: skip
+            block["input"] = arguments or {}
             self._open_call = None
         self._open = None
         out.append({"type": "content_block_stop", "index": index})
@@ -215,6 +226,8 @@ class MessagesRenderer:
 
     def _finish(self, stop_reason: str, stop_sequence: str | None) -> list[dict[str, Any]]:
         out = self._flush_text() + self._close()
+        if self._broken is not None:
+            return out + self._fail(self._broken)
         self.finished = True
         usage = self._final_usage()
         out.append({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
@@ -236,17 +249,16 @@ class MessagesRenderer:
                 "cache_read_input_tokens": cached, "output_tokens": self._usage.output_tokens}  # fmt: skip
 
 
-def _input(arguments: list[str], name: str) -> dict[str, Any]:
-    """A call's arguments as the `input` object of its block."""
+def _input(arguments: list[str]) -> dict[str, Any] | None:
+    """A call's arguments as the `input` object of its block; None when they are not one."""
     text = "".join(arguments)
     if not text.strip():
         return {}
     try:
         value = json.loads(text)
     except ValueError:
-        log.warning("tool call %s has arguments that are not JSON; its input is empty", name)
-        return {}
-    return value if isinstance(value, dict) else {"value": value}
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class StopSequences:
