@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from .api.http import rendered
 from .api.responses.render import ResponseRenderer
 from .api.responses.request import CreateResponse, initial_response, translate
 from .api.responses.tools import ToolSet
@@ -43,6 +42,7 @@ from .files.service import VectorStores
 from .ids import new_id
 from .items import normalize_items
 from .outbound import UrlPolicy
+from .rendering import rendered
 from .runs import TERMINAL, Run, Runs
 from .sealing import Sealer
 from .store import Store

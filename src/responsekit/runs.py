@@ -15,10 +15,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from .api.http import dumps, sse_frame
 from .api.responses.render import ResponseRenderer
 from .api.responses.tools import ToolSet
 from .events import Error
+from .sse import dumps, sse_frame
 from .store import Store
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ from ..errors import APIError
 from ..ids import new_id
 from ..items import normalize_item
 from ..store import Store
-from .http import json_body, read_body
+from .http import read_body
+from .routing import json_body
 
 router = APIRouter()
 

@@ -17,17 +17,11 @@ from ...ids import new_id
 from ...items import normalize_items
 from ...orchestrator import Orchestrator
 from ...store import RUNNING, paginate
-from ..http import (
-    SSE_DONE,
-    JSONResponse,
-    event_stream,
-    json_body,
-    plain_post,
-    raise_for_error,
-    read_body,
-    sse_event,
-    unless_disconnected,
-)
+from ...rendering import raise_for_error
+from ...sse import SSE_DONE, sse_event
+from ..http import JSONResponse, read_body
+from ..routing import json_body, plain_post
+from ..streaming import event_stream, unless_disconnected
 from .render import usage_object
 from .request import CreateResponse
 

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from ...auth import authorize
 from ...errors import APIError
 from ...orchestrator import History, Orchestrator
-from ..http import dumps, validation_error
+from ...sse import dumps
+from ..http import validation_error
 from .request import CreateResponse
 
 log = logging.getLogger(__name__)
