@@ -16,7 +16,7 @@ from .api.chat import routes as chat
 from .api.http import JSONResponse, install_error_handlers
 from .api.responses import routes as responses
 from .api.responses import websocket
-from .auth import key_hash
+from .api.auth import key_hash
 from .backends.router import ModelRouter
 from .config import Settings
 from .files.service import VectorStores

@@ -20,7 +20,6 @@ from typing import Any
 
 from .api.responses.render import ResponseRenderer
 from .api.responses.request import CreateResponse, initial_response, translate
-from .api.responses.tools import ToolSet
 from .assist import compaction_summary, summarize_reasoning
 from .backends import Backend
 from .backends.router import ModelRouter
@@ -49,6 +48,7 @@ from .store import Store
 from .tools import ServerTools
 from .tools.file_search import add_file_search
 from .tools.mcp import McpServer, add_mcp_servers
+from .tools.names import ToolSet
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from .api.responses.render import ResponseRenderer
-from .api.responses.tools import ToolSet
 from .events import Error
 from .sse import dumps, sse_frame
 from .store import Store
+from .tools.names import ToolSet
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..auth import Owner
+from .auth import Owner
 from ..errors import APIError
 from ..ids import new_id
 from ..items import normalize_item

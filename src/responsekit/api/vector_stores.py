@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from ..auth import Owner
+from .auth import Owner
 from ..errors import APIError
 from ..files.chunking import strategy
 from ..files.extract import ExtractionError, extract_text

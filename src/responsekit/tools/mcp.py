@@ -18,11 +18,11 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from ..api.responses.tools import ToolOrigin
 from ..conversation import FunctionTool
 from ..ids import new_id
 from ..outbound import UrlPolicy
 from . import ServerTools, ToolOutcome
+from .names import ToolOrigin
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ...auth import authorize
+from ..auth import authorize
 from ...rendering import drain, raise_for_error, rendered
 from ...sse import SSE_DONE, sse_data
 from ..http import JSONResponse, read_body

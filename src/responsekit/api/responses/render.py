@@ -33,7 +33,7 @@ from ...events import (
     Usage,
 )
 from ...ids import new_id
-from .tools import CUSTOM_INPUT, ToolSet
+from ...tools.names import CUSTOM_INPUT, ToolSet
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...conversation import FunctionTool, GenerationRequest, ImagePart, Message, Part, TextPart, ToolCall
 from ...ids import new_id
-from .tools import CUSTOM_INPUT, ToolOrigin, ToolSet, translate_tool_choice, translate_tools
+from ...tools.file_search import format_results
+from ...tools.names import CUSTOM_INPUT, ToolOrigin, ToolSet
+from .tools import translate_tool_choice, translate_tools
 
 log = logging.getLogger(__name__)
 
@@ -336,16 +338,6 @@ def _answer_every_call(messages: list[Message]) -> list[Message]:
 def _no_output(call: ToolCall) -> Message:
     log.warning("tool call %s has no output in the history; telling the model so", call.id)
     return Message("tool", [TextPart("No output was recorded for this tool call.")], tool_call_id=call.id)
-
-
-def format_results(results: list[dict[str, Any]], first_number: int = 1) -> str:
-    """Search results as the model reads them, numbered so that it can cite them as `[n]`."""
-    blocks = [
-        f"[{first_number + position}] {result.get('filename', '')} (score {float(result.get('score') or 0):.3f})\n"
-        f"{result.get('text', '')}"
-        for position, result in enumerate(results)
-    ]
-    return "\n\n".join(blocks) if blocks else "No results."
 
 
 def _reasoning_text(item: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...auth import Owner, authorize
+from ..auth import Owner, authorize
 from ...errors import APIError
 from ...ids import new_id
 from ...items import normalize_items

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 from ...conversation import FunctionTool, NamedToolChoice, ToolChoice
 from ...errors import APIError
+from ...tools.names import CUSTOM_INPUT, ToolOrigin, ToolSet
 
 log = logging.getLogger(__name__)
-
-CUSTOM_INPUT = "input"
-"""The one argument of a custom tool as the model sees it."""
 
 HOSTED_TOOL_TYPES = frozenset({
     "file_search", "web_search", "web_search_2025_08_26", "web_search_preview",
@@ -27,44 +25,6 @@ HOSTED_TOOL_TYPES = frozenset({
     "programmatic_tool_calling", "image_generation", "local_shell", "shell", "tool_search", "apply_patch",
 })  # fmt: skip
 """Tool types of the API that are not client functions (echoed in the Response, not offered)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolOrigin:
-    """What a model-facing function name stands for on the client's side.
-
-    `function` and `custom` calls go back to the client; `file_search` and `mcp` calls
-    the server runs itself (`namespace` is then the MCP server's label), unless they need
-    the user's approval first.
-    """
-
-    kind: Literal["function", "custom", "file_search", "mcp"]
-    name: str
-    namespace: str | None = None
-    needs_approval: bool = False
-
-    @property
-    def server_side(self) -> bool:
-        return self.kind in ("file_search", "mcp") and not self.needs_approval
-
-
-@dataclass(slots=True)
-class ToolSet:
-    functions: list[FunctionTool] = field(default_factory=list)
-    origins: dict[str, ToolOrigin] = field(default_factory=dict)
-    """Model-facing name -> client tool."""
-    echo: list[dict[str, Any]] = field(default_factory=list)
-    """The `tools` of the Response object."""
-
-    def model_name(self, name: str, namespace: str | None = None) -> str:
-        """The name the model knows a tool by (also for tools no longer offered)."""
-        for model_name, origin in self.origins.items():
-            if origin.name == name and origin.namespace == namespace:
-                return model_name
-        return f"{namespace}__{name}" if namespace else name
-
-    def origin(self, model_name: str) -> ToolOrigin:
-        return self.origins.get(model_name) or ToolOrigin("function", model_name)
 
 
 def translate_tools(

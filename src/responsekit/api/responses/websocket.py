@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from ...auth import authorize
+from ..auth import authorize
 from ...errors import APIError
 from ...orchestrator import History, Orchestrator
 from ...sse import dumps

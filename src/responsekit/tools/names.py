@@ -1,0 +1,54 @@
+"""The names a model knows tools by, and what each stands for (issue 15: below `api/`).
+
+A frontend maps its client's tools to functions (`api/responses/tools.py`); the
+orchestrator adds the tools the server runs (`ServerTools`) and, when the model calls
+one, finds out from its name whether to run it or hand it to the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..conversation import FunctionTool
+
+CUSTOM_INPUT = "input"
+"""The one argument of a custom tool as the model sees it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOrigin:
+    """What a model-facing function name stands for on the client's side.
+
+    `function` and `custom` calls go back to the client; `file_search` and `mcp` calls
+    the server runs itself (`namespace` is then the MCP server's label), unless they need
+    the user's approval first.
+    """
+
+    kind: Literal["function", "custom", "file_search", "mcp"]
+    name: str
+    namespace: str | None = None
+    needs_approval: bool = False
+
+    @property
+    def server_side(self) -> bool:
+        return self.kind in ("file_search", "mcp") and not self.needs_approval
+
+
+@dataclass(slots=True)
+class ToolSet:
+    functions: list[FunctionTool] = field(default_factory=list)
+    origins: dict[str, ToolOrigin] = field(default_factory=dict)
+    """Model-facing name -> client tool."""
+    echo: list[dict[str, Any]] = field(default_factory=list)
+    """The `tools` of the Response object."""
+
+    def model_name(self, name: str, namespace: str | None = None) -> str:
+        """The name the model knows a tool by (also for tools no longer offered)."""
+        for model_name, origin in self.origins.items():
+            if origin.name == name and origin.namespace == namespace:
+                return model_name
+        return f"{namespace}__{name}" if namespace else name
+
+    def origin(self, model_name: str) -> ToolOrigin:
+        return self.origins.get(model_name) or ToolOrigin("function", model_name)
