@@ -547,6 +547,14 @@ class ResponseRenderer:
         return {**self.response, "output": [item for item in self._items if item is not None]}
 
 
+def resumed(response: dict[str, Any], stored: list[dict[str, Any]]) -> ResponseRenderer:
+    """A renderer taking up `response` after its `stored` events: how the runs of a process
+    that died are ended (`Runs`), with the items their stream announced done."""
+    renderer = ResponseRenderer(response, ToolSet(), stored[-1]["sequence_number"] + 1 if stored else 0)
+    renderer.resume({e["output_index"]: e["item"] for e in stored if e["type"] == "response.output_item.done"})
+    return renderer
+
+
 def _custom_input(arguments: str, *, partial: bool) -> str | None:
     """The `input` string of a custom tool's JSON arguments (so far, when `partial`)."""
     try:

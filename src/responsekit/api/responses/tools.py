@@ -9,8 +9,6 @@ component of this server runs are dropped with a warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from ...conversation import FunctionTool, NamedToolChoice, ToolChoice
@@ -25,15 +23,14 @@ HOSTED_TOOL_TYPES = frozenset({
     "programmatic_tool_calling", "image_generation", "local_shell", "shell", "tool_search", "apply_patch",
 })  # fmt: skip
 """Tool types of the API that are not client functions (echoed in the Response, not offered)."""
+SERVED_TOOL_TYPES = frozenset({"file_search", "mcp"})
+"""Hosted tools the orchestrator runs itself (`tools/`)."""
 
 
-def translate_tools(
-    tools: list[Any], served: Sequence[tuple[ToolOrigin, FunctionTool]] = ()
-) -> ToolSet:
-    """The functions the model sees: the client's tools, and `served`, the tools this server runs."""
+def translate_tools(tools: list[Any]) -> ToolSet:
+    """The functions the model sees for the client's tools (the orchestrator adds the ones it serves)."""
     toolset = ToolSet()
     entries: list[tuple[ToolOrigin, FunctionTool]] = []
-    served_kinds = {origin.kind for origin, _ in served}
     for position, tool in enumerate(tools):
         param = f"tools[{position}]"
         if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
@@ -59,29 +56,19 @@ def translate_tools(
                 {**tool, "description": tool.get("description", ""), "tools": [_echo(m) for m in inner]}
             )
         elif kind in HOSTED_TOOL_TYPES:
-            if kind not in served_kinds:
+            if kind not in SERVED_TOOL_TYPES:
                 log.warning("dropping hosted tool %r: no component of this server runs it", kind)
             toolset.echo.append(tool)
         else:
             log.warning("dropping tool of unknown type %r", kind)
-    entries.extend(served)
-
-    names = [function.name for _, function in entries]
-    for origin, function in entries:
-        name = function.name
-        model_name = name if not origin.namespace or names.count(name) == 1 else f"{origin.namespace}__{name}"
-        if model_name in toolset.origins:
-            raise APIError(400, f"Duplicate tool name `{model_name}`.", param="tools", code="invalid_value")
-        toolset.origins[model_name] = origin
-        toolset.functions.append(replace(function, name=model_name))
+    toolset.add(entries)
     return toolset
 
 
-def translate_tool_choice(choice: Any, toolset: ToolSet) -> tuple[ToolChoice, list[FunctionTool]]:
-    """The canonical tool choice and the functions to offer under it."""
-    functions = toolset.functions
+def translate_tool_choice(choice: Any, toolset: ToolSet) -> ToolChoice:
+    """The canonical tool choice; `allowed_tools` limits the tools offered (`toolset.allowed`)."""
     if choice is None or choice in ("auto", "none", "required"):
-        return choice or "auto", functions
+        return choice or "auto"
     if not isinstance(choice, dict):
         raise APIError(400, f"Invalid tool_choice: {choice!r}.", param="tool_choice", code="invalid_value")
     kind = choice.get("type")
@@ -90,17 +77,17 @@ def translate_tool_choice(choice: Any, toolset: ToolSet) -> tuple[ToolChoice, li
         model_name = toolset.model_name(str(name), choice.get("namespace"))
         if model_name not in toolset.origins:
             raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice", code="invalid_value")
-        return NamedToolChoice(model_name), functions
+        return NamedToolChoice(model_name)
     if kind == "allowed_tools":
         mode = choice.get("mode", "auto")
         if mode not in ("auto", "required"):
             raise APIError(400, "allowed_tools mode must be `auto` or `required`.", param="tool_choice.mode", code="invalid_value")
-        allowed = {
+        toolset.allowed = frozenset(
             toolset.model_name(str(tool.get("name")), tool.get("namespace"))
             for tool in choice.get("tools") or ()
             if isinstance(tool, dict) and tool.get("type") in ("function", "custom")
-        }
-        return mode, [function for function in functions if function.name in allowed]
+        )
+        return mode
     raise APIError(
         400,
         f"tool_choice of type `{kind}` cannot be honoured: no component of this server runs that tool.",

@@ -22,7 +22,7 @@ from ...errors import APIError
 from ...orchestrator import History, Orchestrator
 from ...sse import dumps
 from ..http import validation_error
-from .request import CreateResponse
+from .request import CreateResponse, translate
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -74,7 +74,7 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
     except ValidationError as exc:
         raise validation_error(exc) from None
     try:
-        prepared = await conductor.prepare(body, owner, cache)
+        prepared = await conductor.prepare(translate(body, conductor.sealer), owner, cache)
     except APIError:
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)
