@@ -12,11 +12,11 @@ from . import __version__
 from .api import conversations, models
 from .api import files as files_api
 from .api import vector_stores as vector_stores_api
+from .api.auth import key_hash
 from .api.chat import routes as chat
 from .api.http import JSONResponse, install_error_handlers
-from .api.responses import render, routes as responses
-from .api.responses import websocket
-from .api.auth import key_hash
+from .api.responses import render, websocket
+from .api.responses import routes as responses
 from .backends.router import ModelRouter
 from .config import Settings
 from .files.service import VectorStores

@@ -92,7 +92,7 @@ def validation_error(exc: ValidationError | RequestValidationError) -> APIError:
     kind = first.get("type", "")
     if kind == "missing":
         return APIError(400, f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
-    code = "invalid_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid_value"
+    code = "invalid_type" if kind.endswith(("_type", "_parsing")) else "invalid_value"
     return APIError(400, f"Invalid value for '{param}': {first.get('msg', 'invalid')}.", param=param, code=code)
 
 

@@ -22,7 +22,6 @@ from ...events import (
     Error,
     Event,
     Finish,
-    ToolResult,
     ReasoningDelta,
     ReasoningSummaryDelta,
     RefusalDelta,
@@ -30,6 +29,7 @@ from ...events import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    ToolResult,
     Usage,
 )
 from ...ids import new_id

@@ -11,14 +11,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..auth import Owner, authorize
 from ...errors import APIError
 from ...ids import new_id
 from ...items import normalize_items
 from ...orchestrator import Orchestrator
-from ...store import RUNNING, paginate
 from ...rendering import raise_for_error
 from ...sse import SSE_DONE, sse_event
+from ...store import RUNNING, paginate
+from ..auth import Owner, authorize
 from ..http import JSONResponse, read_body
 from ..routing import json_body, plain_post
 from ..streaming import event_stream, unless_disconnected

@@ -17,10 +17,10 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from ..auth import authorize
 from ...errors import APIError
 from ...orchestrator import History, Orchestrator
 from ...sse import dumps
+from ..auth import authorize
 from ..http import validation_error
 from .request import CreateResponse, translate
 
