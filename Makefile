@@ -46,9 +46,12 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	touch $@
 
 ## Install everything the tests need and run them all, after checking that every module src/
-## imports is a declared dependency (deptry; configured in pyproject.toml).
+## imports is a declared dependency (deptry), that nothing below the frontends (api/) imports
+## them (import-linter) and that ruff finds nothing; all configured in pyproject.toml.
 test: $(VENV)/.installed-test tests/js/node_modules/.installed
 	$(BIN)/deptry src
+	$(BIN)/lint-imports
+	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest -q
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python

@@ -44,7 +44,6 @@ from pathlib import Path
 
 import httpx
 import uvloop
-
 from loadgen import Sample, Target, hold_open, run
 from machine import describe
 
@@ -237,8 +236,8 @@ async def open_streams(gateway: Gateway, count: int) -> tuple[int, int] | str:
 
 def table(gateways: list[Gateway], tokens: int) -> str:
     direct = gateways[0]
-    rows = ["| target | stream | C | req/s | × direct | errors | first event p50 / p99 ms | added | "
-            "first token p50 / p99 ms | added | CPU s / M tokens | RSS MiB |",
+    rows = [("| target | stream | C | req/s | × direct | errors | first event p50 / p99 ms | added | "
+            "first token p50 / p99 ms | added | CPU s / M tokens | RSS MiB |"),
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for stream in (True, False):
         for concurrency in sorted({c for g in gateways for (_, c) in g.cells}):
@@ -455,12 +454,12 @@ def report(args: argparse.Namespace, runs: list[Section]) -> str:
         "## Gateway overhead (`bench/gateway.py`)",
         "",
         f"`.venv/bin/python bench/gateway.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
-        f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
+        (f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
         f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine. "
         "\"first event\" is the time from sending the request to receiving the first bytes of the body (the "
         "engine's first chunk, a gateway's first event); \"first token\" to receiving the first word (non-streaming, "
         "both are the whole answer); \"added\" is the difference from the direct row at the same concurrency "
-        "(p50 / p99); CPU and RSS are the gateway's process tree (on the direct row, the engine's).",
+        "(p50 / p99); CPU and RSS are the gateway's process tree (on the direct row, the engine's)."),
     ]
     for section in runs:
         pace = (f"{section.interval * 1000:g} ms a token, streamed or not" if section.interval else
@@ -469,8 +468,8 @@ def report(args: argparse.Namespace, runs: list[Section]) -> str:
             "",
             f"### Engine: {pace}",
             "",
-            f"{section.minutes:.1f} minutes, load average {section.load[0]:.2f} before and {section.load[1]:.2f} after "
-            "(the machine is shared with other work).",
+            (f"{section.minutes:.1f} minutes, load average {section.load[0]:.2f} before and {section.load[1]:.2f} after "
+            "(the machine is shared with other work)."),
             "",
             table(section.gateways, args.tokens),
         ]

@@ -21,7 +21,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import uvloop
-
 from gateway import HERE, MODEL, chat_target, cpu_seconds, free_port, responses_target, service
 from loadgen import run
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import asyncpg
 import httpx
-
 from machine import describe
+
 from responsekit.store import Store
 
 HERE = Path(__file__).parent

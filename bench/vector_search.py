@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from machine import describe
+from state import fresh_postgres
+
 from responsekit.config import Settings
 from responsekit.files.chunking import AUTO, chunk, encoding
 from responsekit.files.ingest import new_token
 from responsekit.files.service import VectorStores
 from responsekit.store import Store
-from state import fresh_postgres
 
 OWNER = "bench"
 SIZES = (10_000, 100_000)

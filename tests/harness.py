@@ -24,7 +24,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response as HTTPResponse, StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import Response as HTTPResponse
 from starlette.routing import Route
 
 DATA = Path(__file__).parent / "data"

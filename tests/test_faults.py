@@ -18,7 +18,16 @@ from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
 from .conftest import DATABASES
-from .harness import ScriptedUpstream, check_response, check_stream, read_sse, serve, start_cli, text_exchange, wait_for
+from .harness import (
+    ScriptedUpstream,
+    check_response,
+    check_stream,
+    read_sse,
+    serve,
+    start_cli,
+    text_exchange,
+    wait_for,
+)
 
 STALL_TIMEOUT = 1.0
 """The scripted engine's read timeout: a stall longer than this fails the response."""
@@ -54,21 +63,21 @@ FAULTS: dict[str, tuple[dict[str, Any] | None, str, str | None, int]] = {
     "connection_refused": (None, "failed", "server_error", 502),
     "dropped_mid_stream": (_started(end="drop"), "failed", "server_error", 502),
     "stalled_past_timeout": (_started({"t": STALL_TIMEOUT * 4, "data": _chunk({"content": "late"})["data"]}),
-                             "failed", "server_error", 504),  # fmt: skip
+                             "failed", "server_error", 504),
     "rate_limited_429": (_error(429, "Rate limit reached for requests", "rate_limit_error"), "failed",
-                         "rate_limit_exceeded", 429),  # fmt: skip
+                         "rate_limit_exceeded", 429),
     "engine_error_500": (_error(500, "CUDA error: out of memory"), "failed", "server_error", 502),
     "context_overflow_400": (_error(400, "the request exceeds the available context size, try increasing it",
-                                    "exceed_context_size_error"), "failed", "context_length_exceeded", 400),  # fmt: skip
+                                    "exceed_context_size_error"), "failed", "context_length_exceeded", 400),
     "malformed_sse": (_started({"t": 0, "data": '{"choices": [{"delta": {"content": "x"'}), "failed", "server_error",
-                      502),  # fmt: skip
+                      502),
     "misshapen_chunk": (_started({"t": 0, "data": {"choices": [{"index": 0, "delta": "not an object"}]}}), "failed",
-                        "server_error", 502),  # fmt: skip
+                        "server_error", 502),
     "misshapen_choices": (_started({"t": 0, "data": {"choices": ["not an object"], "usage": 7}}), "failed",
-                          "server_error", 502),  # fmt: skip
+                          "server_error", 502),
     "misshapen_calls": (_started(_chunk({"tool_calls": [{"index": [0], "id": 7, "function": {"name": 3}}]},
                                         finish=["stop"]), _chunk({"tool_calls": ["x"]})), "failed", "server_error",
-                        502),  # fmt: skip
+                        502),
     "invalid_tool_arguments": (_bad_arguments(), "failed", "server_error", 502),
     "trickle": ({**text_exchange(TRICKLED, pieces=5), "trickle": 0.0005}, "completed", None, 200),
 }
@@ -90,7 +99,7 @@ def _upstreams(upstream: ScriptedUpstream, dead_port: int) -> list[UpstreamConfi
     return [
         UpstreamConfig(name="scripted", base_url=upstream.url, timeout=STALL_TIMEOUT),  # type: ignore[attr-defined]
         UpstreamConfig(name="dead", base_url=f"http://127.0.0.1:{dead_port}/v1", models=["dead-model"],
-                       connect_timeout=2),  # fmt: skip
+                       connect_timeout=2),
     ]
 
 

@@ -13,7 +13,17 @@ import pytest
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
-from .harness import check_stream, output, read_sse, serve, slow_exchange, start_cli, strip_ids, text_exchange, wait_for
+from .harness import (
+    check_stream,
+    output,
+    read_sse,
+    serve,
+    slow_exchange,
+    start_cli,
+    strip_ids,
+    text_exchange,
+    wait_for,
+)
 
 
 def test_stream_disconnect_cancels_the_engine_request(server):

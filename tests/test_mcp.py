@@ -55,7 +55,7 @@ def test_listing_and_a_call_streamed(base_url, upstream, mcp_url):
         events, done = read_sse(answer.iter_lines())
     response = check_stream(events)
     assert done and response["status"] == "completed"
-    listing, reasoning, call, reasoning_two, message = response["output"]
+    listing, _reasoning, call, _reasoning_two, message = response["output"]
     assert listing["type"] == "mcp_list_tools" and [t["name"] for t in listing["tools"]] == ["add", "divide"]
     assert listing["tools"][0]["input_schema"]["required"] == ["a", "b"]
     assert (call["type"], call["name"], call["server_label"], call["output"]) == ("mcp_call", "add", "calc", "5")

@@ -15,7 +15,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from agents import Agent, ItemHelpers, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    ItemHelpers,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from openai import AsyncOpenAI
 
 from .harness import tool_loop

@@ -57,7 +57,7 @@ def test_messages_in_every_shape(server):
 
 
 def test_input_file_is_text_with_its_filename(server):
-    data = "data:text/plain;base64," + base64.b64encode("x,y\n1,2\n".encode()).decode()
+    data = "data:text/plain;base64," + base64.b64encode(b"x,y\n1,2\n").decode()
     sent = send(server, input=[{"role": "user", "content": [
         {"type": "input_file", "filename": "table.csv", "file_data": data},
         {"type": "input_file", "filename": "blob.bin", "file_data": base64.b64encode(b"\xff\xfe\x00").decode()},

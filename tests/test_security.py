@@ -21,7 +21,15 @@ from responsekit.config import Settings, UpstreamConfig
 from responsekit.errors import APIError
 from responsekit.outbound import UrlPolicy
 
-from .harness import ScriptedUpstream, check_stream, output, read_sse, serve, start_cli, text_exchange
+from .harness import (
+    ScriptedUpstream,
+    check_stream,
+    output,
+    read_sse,
+    serve,
+    start_cli,
+    text_exchange,
+)
 from .test_mcp import mcp_app
 
 REFUSED = [

@@ -6,7 +6,8 @@ import json
 
 import httpx
 
-from responsekit.api.http import COALESCE_LIMIT, json_bytes
+from responsekit.api.streaming import COALESCE_LIMIT
+from responsekit.sse import json_bytes
 
 from .harness import check_stream, read_sse, slow_exchange, text_exchange
 

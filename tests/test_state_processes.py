@@ -13,8 +13,17 @@ import httpx
 import pytest
 
 from .conftest import DATABASES
-from .harness import (check_response, check_stream, check_terminal_output, output, read_sse, slow_exchange,
-                      start_cli, text_exchange, wait_for)  # fmt: skip
+from .harness import (
+    check_response,
+    check_stream,
+    check_terminal_output,
+    output,
+    read_sse,
+    slow_exchange,
+    start_cli,  # fmt: skip
+    text_exchange,
+    wait_for,
+)
 
 
 def replica(upstream, database_url: str, **env: str):

@@ -20,7 +20,13 @@ from responsekit.builtin_templates import BUILTIN_TEMPLATES, choose_template
 from responsekit.config import LocalModel, Settings, UpstreamConfig
 from responsekit.conversation import GenerationRequest, Message, TextPart, ToolCall
 from responsekit.gguf_metadata import read_metadata
-from responsekit.templates import ChatTemplate, TemplateError, chat_messages, from_gguf, load_template
+from responsekit.templates import (
+    ChatTemplate,
+    TemplateError,
+    chat_messages,
+    from_gguf,
+    load_template,
+)
 
 from .conftest import EngineServer
 from .harness import check_response, check_stream, read_sse, serve

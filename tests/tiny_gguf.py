@@ -202,8 +202,8 @@ def write_tiny_gguf(path: Path, *, template: str | None = HERMES_TEMPLATE, seed:
     for layer in range(layers):
         prefix = f"blk.{layer}."
         writer.add_tensor(prefix + "attn_norm.weight", np.ones(embd, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v"):
-            writer.add_tensor(prefix + name + ".weight", weights(embd, embd).astype(matrix))
+        for tensor in ("attn_q", "attn_k", "attn_v"):
+            writer.add_tensor(prefix + tensor + ".weight", weights(embd, embd).astype(matrix))
         attention_out, ffn_down = weights(embd, embd), weights(embd, ff)
         attention_out[0] = ffn_down[0] = 0.0  # nothing writes to the constant dimension
         writer.add_tensor(prefix + "attn_output.weight", attention_out.astype(matrix))

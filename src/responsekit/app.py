@@ -12,12 +12,12 @@ from . import __version__
 from .api import conversations, models
 from .api import files as files_api
 from .api import vector_stores as vector_stores_api
+from .api.auth import key_hash
 from .api.chat import routes as chat
 from .api.http import JSONResponse, install_error_handlers
 from .api.messages import routes as messages
+from .api.responses import render, websocket
 from .api.responses import routes as responses
-from .api.responses import websocket
-from .auth import key_hash
 from .backends.router import ModelRouter
 from .config import Settings
 from .files.service import VectorStores
@@ -43,7 +43,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = await Store.open(settings.database)
-        runs = Runs(store, settings.lease_seconds)
+        runs = Runs(store, settings.lease_seconds, render.resumed)
         app.state.store = store
         app.state.vector_stores = await VectorStores.open(settings, store.database)
         await app.state.vector_stores.start()

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 import uvicorn
@@ -30,15 +30,15 @@ def main() -> None:
 @app.command()
 def serve(
     upstream: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--upstream", "-u", help="An OpenAI-compatible engine: URL or NAME=URL (repeatable).", show_default=False),
     ] = None,
     alias: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--alias", help="ALIAS=MODEL: serve MODEL under another name (repeatable).", show_default=False),
     ] = None,
     default_model: Annotated[
-        Optional[str], typer.Option(help="Serve model names no upstream knows with this model.", show_default=False)
+        str | None, typer.Option(help="Serve model names no upstream knows with this model.", show_default=False)
     ] = None,
     no_default_model: Annotated[
         bool,
@@ -46,46 +46,46 @@ def serve(
                      "embedded Gemma 3 270M (RESPONSEKIT_DEFAULT_MODEL_FALLBACK=false).", show_default=False),
     ] = False,
     host: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(help="Address to listen on (default: 127.0.0.1, or all interfaces with API keys).", show_default=False),
     ] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port to listen on (default: 8400).", show_default=False)] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default: 8400).", show_default=False)] = None,
     probe: Annotated[
-        Optional[bool],
+        bool | None,
         typer.Option("--probe/--no-probe", help="With no upstream, look for engines on their usual ports (default: on).", show_default=False),
     ] = None,
     data_dir: Annotated[
-        Optional[Path], typer.Option(help="Where state is kept (default: ~/.local/share/responsekit).", show_default=False)
+        Path | None, typer.Option(help="Where state is kept (default: ~/.local/share/responsekit).", show_default=False)
     ] = None,
     database_url: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(help="postgresql://… to share state between replicas (default: SQLite in the data dir).", show_default=False),
     ] = None,
     api_key: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--api-key", help="An accepted API key, or sha256:HEX of one (repeatable).", show_default=False),
     ] = None,
     record: Annotated[
-        Optional[Path], typer.Option(help="Write every upstream exchange as a JSON file into this directory.", show_default=False)
+        Path | None, typer.Option(help="Write every upstream exchange as a JSON file into this directory.", show_default=False)
     ] = None,
     shutdown_timeout: Annotated[
-        Optional[float], typer.Option(help="On SIGTERM, seconds in-flight streams get to finish (default: 30).", show_default=False)
+        float | None, typer.Option(help="On SIGTERM, seconds in-flight streams get to finish (default: 30).", show_default=False)
     ] = None,
-    log_level: Annotated[Optional[str], typer.Option(help="debug, info, warning or error (default: info).", show_default=False)] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error (default: info).", show_default=False)] = None,
     config: Annotated[
-        Optional[Path], typer.Option(help="A TOML settings file (default: $RESPONSEKIT_CONFIG).", show_default=False)
+        Path | None, typer.Option(help="A TOML settings file (default: $RESPONSEKIT_CONFIG).", show_default=False)
     ] = None,
     model: Annotated[
-        Optional[Path], typer.Option("--model", help="Run this GGUF model in-process (llama.cpp; the `llama` extra).", show_default=False)
+        Path | None, typer.Option("--model", help="Run this GGUF model in-process (llama.cpp; the `llama` extra).", show_default=False)
     ] = None,
     hf_repo: Annotated[
-        Optional[str], typer.Option("--hf-repo", help="Run a GGUF from this Hugging Face repository (with --hf-file).", show_default=False)
+        str | None, typer.Option("--hf-repo", help="Run a GGUF from this Hugging Face repository (with --hf-file).", show_default=False)
     ] = None,
     hf_file: Annotated[
-        Optional[str], typer.Option("--hf-file", help="The GGUF file of --hf-repo to download and run.", show_default=False)
+        str | None, typer.Option("--hf-file", help="The GGUF file of --hf-repo to download and run.", show_default=False)
     ] = None,
     chat_template: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--chat-template", help="For --model/--hf-repo: a Jinja file or tokenizer_config.json overriding the GGUF's template (or the built-in one chosen when the GGUF has none).", show_default=False),
     ] = None,
 ) -> None:
@@ -141,12 +141,12 @@ app.add_typer(connect, name="connect")
 @connect.command("codex")
 def connect_codex(
     url: Annotated[str, typer.Option(help="ResponseKit's base URL.")] = "http://127.0.0.1:8400/v1",
-    model: Annotated[Optional[str], typer.Option(help="Codex's default model (default: the first served).")] = None,
+    model: Annotated[str | None, typer.Option(help="Codex's default model (default: the first served).")] = None,
     api_key_env: Annotated[
-        Optional[str], typer.Option(help="Environment variable holding the API key Codex sends.", show_default=False)
+        str | None, typer.Option(help="Environment variable holding the API key Codex sends.", show_default=False)
     ] = None,
     context_window: Annotated[int, typer.Option(help="Context window the catalog states, in tokens.")] = 131072,
-    codex: Annotated[Optional[str], typer.Option(help="The codex binary (default: on PATH).", show_default=False)] = None,
+    codex: Annotated[str | None, typer.Option(help="The codex binary (default: on PATH).", show_default=False)] = None,
     codex_home: Annotated[
         Path, typer.Option(envvar="CODEX_HOME", help="Codex's home, where --write puts the files.")
     ] = Path.home() / ".codex",
@@ -156,7 +156,7 @@ def connect_codex(
     base_url = url.rstrip("/")
     try:
         models = codex_setup.served_models(base_url, os.environ.get(api_key_env) if api_key_env else None)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         raise typer.BadParameter(f"cannot list the models of {base_url}: {exc}") from None
     if not models:
         raise typer.BadParameter(f"{base_url} serves no model yet")
@@ -190,7 +190,7 @@ app.add_typer(keys, name="keys")
 
 @keys.command("rotate")
 def rotate(
-    data_dir: Annotated[Optional[Path], typer.Option(help="The data directory (default: the configured one).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="The data directory (default: the configured one).")] = None,
 ) -> None:
     """Put a new sealing key in front; blobs sealed with the older keys still open."""
     directory = data_dir or load_settings().data_dir

@@ -55,7 +55,7 @@ def normalize_item(item: Any) -> dict[str, Any] | str:
     if not isinstance(result.get("id"), str) or not result["id"]:
         result["id"] = new_id(_ID_PREFIXES[kind])
     elif not storable_id(result["id"]):
-        return (f"its id {ascii(result['id'][:80])} cannot be stored (a NUL, a lone surrogate, or more than "
+        return (f"its id {result['id'][:80]!a} cannot be stored (a NUL, a lone surrogate, or more than "
                 f"{MAX_CLIENT_ID} characters)")
     if kind == "message":
         return _message(result)
@@ -72,9 +72,8 @@ def normalize_item(item: Any) -> dict[str, Any] | str:
             return f"{kind} without a call_id"
         if not isinstance(result.get("output"), (str, list)):
             return f"{kind} output is neither a string nor a list"
-    elif kind == "reasoning":
-        if not isinstance(result.get("summary"), list):
-            result["summary"] = []
+    elif kind == "reasoning" and not isinstance(result.get("summary"), list):
+        result["summary"] = []
     if kind in ("function_call", "function_call_output", "custom_tool_call_output", "reasoning"):
         result.setdefault("status", "completed")
     return result

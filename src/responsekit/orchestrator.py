@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .api.http import rendered
-from .api.responses.render import ResponseRenderer
-from .api.responses.request import CreateResponse, initial_response, translate
-from .api.responses.tools import ToolSet
 from .assist import compaction_summary, summarize_reasoning
 from .backends import Backend
 from .backends.router import ModelRouter
@@ -40,15 +35,18 @@ from .events import (
     Usage,
 )
 from .files.service import VectorStores
+from .history import translate_items
 from .ids import new_id
 from .items import normalize_items
 from .outbound import UrlPolicy
-from .runs import TERMINAL, Run, Runs
+from .rendering import rendered
+from .runs import TERMINAL, ResponseRendering, Run, Runs
 from .sealing import Sealer
 from .store import Store
 from .tools import ServerTools
 from .tools.file_search import add_file_search
 from .tools.mcp import McpServer, add_mcp_servers
+from .tools.names import ToolSet
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +55,45 @@ History = dict[str, list[dict[str, Any]]]
 
 
 @dataclass(slots=True)
+class ResponseRequest:
+    """A Responses request as its frontend translated it (`api/responses/request.py`).
+
+    `generation` is the canonical request without its conversation: the model asked for,
+    the instructions as its leading messages, the client's tools (`toolset`), tool choice
+    and sampling. The orchestrator adds the history, the `input` items and the tools it
+    serves, and never reads the client's body (issue 15).
+    """
+
+    generation: GenerationRequest
+    toolset: ToolSet
+    renderer: Callable[[ToolSet], ResponseRendering]
+    """The Response's renderer, given every tool the model is offered."""
+    input: list[Any]
+    previous_response_id: str | None = None
+    conversation_id: str | None = None
+    store: bool = True
+    background: bool = False
+    mcp: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    """The `mcp` tools to serve, each with its position among the request's tools."""
+    file_search: tuple[int, dict[str, Any]] | None = None
+    max_tool_calls: int | None = None
+    truncation: bool = False
+    """Retry without the oldest turn when the context overflows (`truncation: auto`)."""
+    compact_threshold: int | None = None
+    reasoning_summary: str | None = None
+    """The detail of the reasoning summaries asked for, if any."""
+
+
+@dataclass(slots=True)
 class Prepared:
     """A request ready to generate."""
 
-    body: CreateResponse
+    request: ResponseRequest
     owner: str
     history: list[dict[str, Any]]
     inputs: list[dict[str, Any]]
     """The new input items, normalized (with ids), as they are stored."""
-    renderer: ResponseRenderer
+    renderer: ResponseRendering
     upstream: Backend
     generation: GenerationRequest
     toolset: ToolSet
@@ -99,60 +127,55 @@ class Orchestrator:
         self.vector_stores = vector_stores
         self.summarizer_model = summarizer_model
 
-    async def prepare(self, body: CreateResponse, owner: str, cache: History | None = None) -> Prepared:
-        if body.previous_response_id and body.conversation_id:
-            raise APIError(
-                400, "Use either `previous_response_id` or `conversation`, not both.", param="conversation",
-                code="invalid_value",
-            )  # fmt: skip
-        if body.background and not body.store:
-            raise APIError(400, "Background responses must be stored (`store: true`).", param="background",
-                           code="invalid_value")  # fmt: skip
-        history = await self._history(body, owner, cache)
-        inputs = normalize_items(await self._resolve_references(body.input_items, owner))
+    async def prepare(self, request: ResponseRequest, owner: str, cache: History | None = None) -> Prepared:
+        history = await self._history(request, owner, cache)
+        inputs = normalize_items(await self._resolve_references(request.input, owner))
         if history:
             _check_tool_outputs(history, inputs)
-        upstream, model = await self.router.resolve(body.model)
+        upstream, model = await self.router.resolve(request.generation.model)
         server_tools = ServerTools()
-        mcp_specs = _mcp_specs(body.tools)
-        servers = await add_mcp_servers(server_tools, mcp_specs, history, self.urls) if mcp_specs else {}
-        searches = [(i, tool) for i, tool in enumerate(body.tools) if isinstance(tool, dict)
-                    and tool.get("type") == "file_search"]  # fmt: skip
-        if searches:
-            position, spec = searches[0]
+        servers = await add_mcp_servers(server_tools, request.mcp, history, self.urls) if request.mcp else {}
+        if request.file_search:
+            position, spec = request.file_search
             await add_file_search(server_tools, spec, position, owner, self.vector_stores)
         items = await _answer_approvals(history + inputs, servers, server_tools)
-        translation = translate(body, self.for_model(items), server_tools.functions)
-        translation.generation.model = model
-        seal = partial(self.sealer.seal, "reasoning") if "reasoning.encrypted_content" in body.include else None
-        response = initial_response(body, translation.toolset)
-        response["tools"] = _without_secrets(response["tools"])
-        renderer = ResponseRenderer(
-            response, translation.toolset, seal=seal, search_results="file_search_call.results" in body.include
+        toolset = request.toolset
+        toolset.add(server_tools.functions)
+        tools = toolset.offered()
+        generation = replace(
+            request.generation,
+            model=model,
+            messages=self._messages(request, toolset, items),
+            tools=tools,
+            parallel_tool_calls=request.generation.parallel_tool_calls if tools else None,
         )
+        renderer = request.renderer(toolset)
         for item in server_tools.ready_items:
             renderer.add_ready_item(item)
-        prepared = Prepared(body, owner, history, inputs, renderer, upstream, translation.generation,
-                            translation.toolset, server_tools)  # fmt: skip
+        prepared = Prepared(request, owner, history, inputs, renderer, upstream, generation, toolset, server_tools)
         await self._compact_if_needed(prepared)
         return prepared
 
-    async def _history(self, body: CreateResponse, owner: str, cache: History | None) -> list[dict[str, Any]]:
-        if body.previous_response_id:
-            if cache is not None and body.previous_response_id in cache:
-                return cache[body.previous_response_id]
-            history = await self.store.history(owner, body.previous_response_id)
+    def _messages(self, request: ResponseRequest, toolset: ToolSet, items: list[dict[str, Any]]) -> list[Message]:
+        """The conversation the model reads: the request's leading messages, then `items`."""
+        return [*request.generation.messages, *translate_items(self.for_model(items), toolset)]
+
+    async def _history(self, request: ResponseRequest, owner: str, cache: History | None) -> list[dict[str, Any]]:
+        if request.previous_response_id:
+            if cache is not None and request.previous_response_id in cache:
+                return cache[request.previous_response_id]
+            history = await self.store.history(owner, request.previous_response_id)
             if history is None:
                 raise APIError(
-                    404, f"Previous response with id '{body.previous_response_id}' not found.",
+                    404, f"Previous response with id '{request.previous_response_id}' not found.",
                     param="previous_response_id", code="previous_response_not_found",
                 )  # fmt: skip
             return history
-        if body.conversation_id:
-            if await self.store.get_conversation(owner, body.conversation_id) is None:
-                raise APIError(404, f"Conversation with id '{body.conversation_id}' not found.",
+        if request.conversation_id:
+            if await self.store.get_conversation(owner, request.conversation_id) is None:
+                raise APIError(404, f"Conversation with id '{request.conversation_id}' not found.",
                                param="conversation", code="conversation_not_found")  # fmt: skip
-            return await self.store.conversation_items(body.conversation_id)
+            return await self.store.conversation_items(request.conversation_id)
         return []
 
     async def _resolve_references(self, items: list[Any], owner: str) -> list[Any]:
@@ -206,8 +229,8 @@ class Orchestrator:
 
     async def compaction_item(self, model: str, items: list[dict[str, Any]]) -> tuple[dict[str, Any], Usage]:
         """One compaction item standing for `items`: their summary, sealed."""
-        translation = translate(CreateResponse(model=model), self.for_model(items))
-        summary, usage = await compaction_summary(self.router, model, translation.generation.messages)
+        messages = translate_items(self.for_model(items), ToolSet())
+        summary, usage = await compaction_summary(self.router, model, messages)
         if not summary:
             raise APIError(502, "The model returned no summary to compact the conversation with.",
                            type="server_error", code="server_error")  # fmt: skip
@@ -216,20 +239,19 @@ class Orchestrator:
 
     async def _compact_if_needed(self, prepared: Prepared) -> None:
         """`context_management` compaction: past the threshold, the history is replaced by its summary."""
-        threshold = prepared.body.compact_threshold
+        threshold = prepared.request.compact_threshold
         if threshold is None or not prepared.history:
             return
         tokens, _ = await prepared.upstream.count_tokens(prepared.generation)
         if tokens <= threshold:
             return
         log.info("compacting the history of %s: %d tokens > %d", prepared.response["id"], tokens, threshold)
-        item, _ = await self.compaction_item(prepared.body.model, prepared.history + prepared.inputs)
+        request = prepared.request
+        item, _ = await self.compaction_item(request.generation.model, prepared.history + prepared.inputs)
         instructions = [i for i in prepared.history if i.get("type") == "message" and i.get("role") in
                         ("system", "developer")]  # fmt: skip
-        translation = translate(
-            prepared.body, self.for_model([*instructions, item, *prepared.inputs]), prepared.server_tools.functions
-        )
-        prepared.generation = replace(translation.generation, model=prepared.generation.model)
+        messages = self._messages(request, prepared.toolset, [*instructions, item, *prepared.inputs])
+        prepared.generation = replace(prepared.generation, messages=messages)
         prepared.renderer.add_ready_item(item)
 
     # --- generation ---------------------------------------------------------------------
@@ -283,7 +305,8 @@ class Orchestrator:
                 yield Finish("tool_calls" if client_call else finish.reason)
                 return
             assistant = Message("assistant", [TextPart("".join(text))] if text else [], "".join(reasoning) or None, calls)
-            exhausted = prepared.body.max_tool_calls is not None and calls_run >= prepared.body.max_tool_calls
+            limit = prepared.request.max_tool_calls
+            exhausted = limit is not None and calls_run >= limit
             generation = replace(
                 generation,
                 messages=[*generation.messages, assistant, *answers],
@@ -293,8 +316,7 @@ class Orchestrator:
     def _generation(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
         """One generation's events through the stages the request asks for."""
         events = self._truncating(prepared, generation)
-        reasoning = prepared.body.reasoning
-        detail = reasoning and (reasoning.summary or reasoning.generate_summary)
+        detail = prepared.request.reasoning_summary
         if detail and self.summarizer_model:
             events = self._summarized(events, detail)
         return events
@@ -307,7 +329,7 @@ class Orchestrator:
                 if (
                     isinstance(first, Error)
                     and first.code == "context_length_exceeded"
-                    and prepared.body.truncation == "auto"
+                    and prepared.request.truncation
                     and (shorter := _drop_oldest_turn(generation)) is not None
                 ):
                     log.info("context overflow: retrying %s without its oldest turn", prepared.response["id"])
@@ -343,8 +365,8 @@ class Orchestrator:
             yield event
 
     async def _persist(self, prepared: Prepared) -> None:
-        conversation = prepared.body.conversation_id
-        if prepared.body.store:
+        conversation = prepared.request.conversation_id
+        if prepared.request.store:
             await self.store.save_response(prepared.owner, prepared.response, prepared.inputs, conversation)
         elif conversation:
             await self.store.add_conversation_items(conversation, prepared.inputs + prepared.response["output"])
@@ -377,7 +399,7 @@ class Orchestrator:
             run.finishing = True
             async with run.lock:
                 events, run.pending = run.pending, []
-            finish = self.store.finish_response(renderer.response, events, prepared.body.conversation_id)
+            finish = self.store.finish_response(renderer.response, events, prepared.request.conversation_id)
             await asyncio.shield(finish)
 
 
@@ -415,39 +437,6 @@ async def _answer_approvals(
             call.update(error={"type": "mcp_protocol_error", "code": -32000, "message": message}, status="failed")
         out.append(call)
     return out
-
-
-def _mcp_specs(tools: list[Any]) -> list[tuple[int, dict[str, Any]]]:
-    """The request's `mcp` tools with their positions in `tools`, refused (400) when a key the
-    server reads has the wrong shape."""
-    specs = []
-    for position, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "mcp":
-            continue
-        label, headers = tool.get("server_label"), tool.get("headers")
-        if not isinstance(label, str) or not label:
-            raise APIError(400, "An mcp tool needs a `server_label`.", param=f"tools[{position}].server_label",
-                           code="invalid_value")  # fmt: skip
-        if headers is not None and not isinstance(headers, dict):
-            raise APIError(400, "`headers` must be an object of strings.", param=f"tools[{position}].headers",
-                           code="invalid_type")  # fmt: skip
-        if not isinstance(tool.get("authorization") or "", str):
-            raise APIError(400, "`authorization` must be a string.", param=f"tools[{position}].authorization",
-                           code="invalid_type")  # fmt: skip
-        specs.append((position, tool))
-    return specs
-
-
-def _without_secrets(tools: list[Any]) -> list[Any]:
-    """The tools as the Response echoes and stores them: an MCP server's `authorization` and
-    `headers` left out. Like OpenAI, the server keeps neither (a client sends them with each
-    request), so they reach no store, no log of stored data and no later reader."""
-    return [
-        {key: value for key, value in tool.items() if key not in ("authorization", "headers")}
-        if isinstance(tool, dict) and tool.get("type") == "mcp"
-        else tool
-        for tool in tools
-    ]
 
 
 def _check_tool_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> None:

@@ -13,12 +13,11 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
-from .api.http import dumps, sse_frame
-from .api.responses.render import ResponseRenderer
-from .api.responses.tools import ToolSet
 from .events import Error
+from .rendering import Renderer
+from .sse import dumps, sse_frame
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -26,6 +25,21 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.05
 POLL_INTERVAL = 0.1
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class ResponseRendering(Renderer, Protocol):
+    """What the orchestrator and the runs ask of the Responses renderer (`api/responses/render.py`)."""
+
+    response: dict[str, Any]
+    """The Response object the events fold into."""
+
+    def add_ready_item(self, item: dict[str, Any]) -> None: ...
+
+    def cancel(self) -> list[dict[str, Any]]: ...
+
+
+Resumed = Callable[[dict[str, Any], list[dict[str, Any]]], ResponseRendering]
+"""A renderer taking up a stored response after its stored events (to end a run whose process died)."""
 
 
 class Run:
@@ -69,9 +83,10 @@ class Run:
 
 
 class Runs:
-    def __init__(self, store: Store, lease_seconds: float) -> None:
+    def __init__(self, store: Store, lease_seconds: float, resumed: Resumed) -> None:
         self.store = store
         self.lease_seconds = lease_seconds
+        self.resumed = resumed
         self._runs: dict[str, Run] = {}
         self._maintenance: asyncio.Task[None] | None = None
 
@@ -178,8 +193,7 @@ class Runs:
                 continue
             log.warning("background response %s lost its runner; marking it failed", response["id"])
             stored = [json.loads(text) for _, text in await self.store.events_after(response["id"], -1)]
-            renderer = ResponseRenderer(response, ToolSet(), stored[-1]["sequence_number"] + 1 if stored else 0)
-            renderer.resume({e["output_index"]: e["item"] for e in stored if e["type"] == "response.output_item.done"})
+            renderer = self.resumed(response, stored)
             message = "The server running this response stopped before it finished."
             events = renderer.feed(Error("server_error", message, 500))
             await self.store.finish_response(renderer.response, [(e["sequence_number"], dumps(e)) for e in events])

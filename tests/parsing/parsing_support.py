@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import signal
@@ -101,7 +102,7 @@ def run(parser: Parser, chunks: list[str], *, finish: bool = True) -> Folded:
 def split_at(text: str, cuts: list[int]) -> list[str]:
     points = sorted({c for c in cuts if 0 < c < len(text)})
     bounds = [0, *points, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def heal(prefix: str) -> Any:

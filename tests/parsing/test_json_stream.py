@@ -116,7 +116,7 @@ def test_any_split_reproduces_the_value_and_every_prefix_heals(
     streamer = JsonValueStreamer()
     emitted = ""
     for chunk in split_at(text, cuts):
-        piece, pos = streamer.feed(chunk)
+        piece, _pos = streamer.feed(chunk)
         emitted += piece
         assert not streamer.failed
         heal(emitted)  # what was surfaced so far is always a healable prefix

@@ -8,12 +8,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..auth import Owner
 from ..errors import APIError
 from ..ids import new_id
 from ..items import normalize_item
 from ..store import Store
-from .http import json_body, read_body
+from .auth import Owner
+from .http import read_body
+from .routing import json_body
 
 router = APIRouter()
 

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 
-from ..auth import Owner
 from ..errors import APIError
 from ..files.blobs import PIECE
 from ..files.service import VectorStores
+from .auth import Owner
 
 router = APIRouter()
 

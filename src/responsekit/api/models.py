@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ..auth import Owner
+from .auth import Owner
 
 api = APIRouter()
 health = APIRouter()

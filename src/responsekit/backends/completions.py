@@ -20,9 +20,9 @@ from ..config import UpstreamConfig
 from ..conversation import GenerationRequest
 from ..events import Error, Event
 from ..grammars import Grammar
+from ..jsontext import json_utf8
 from ..record import Recorder, Recording
 from ..templates import ChatTemplate, TemplateError, load_template
-from ..jsontext import json_utf8
 from .chat_upstream import JSON_HEADERS, ChatUpstream, SSEPayloads, error_answer
 from .prompting import ModelPrompting, Plan, text_chunk
 

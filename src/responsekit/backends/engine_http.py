@@ -72,9 +72,23 @@ def engine_http(base_url: str, headers: Mapping[str, str], timeout: float, conne
 class _Exchange:
     """One request's answer as the connection receives it."""
 
-    __slots__ = ("status", "content_type", "_connection", "_chunks", "_buffered", "_head", "complete",
-                 "_error", "_waiter", "received", "_timeout", "_length_known", "_loop", "_timer",
-                 "_waiting_since")  # fmt: skip
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_connection",
+        "_error",
+        "_head",
+        "_length_known",
+        "_loop",
+        "_timeout",
+        "_timer",
+        "_waiter",
+        "_waiting_since",
+        "complete",
+        "content_type",
+        "received",
+        "status",
+    )  # fmt: skip
 
     def __init__(self, connection: _Connection, timeout: float) -> None:
         self._connection = connection

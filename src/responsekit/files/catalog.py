@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..store import Page
-from ..store.database import Connection, Database, Row
+from ..store.database import Database, Row
 
 Order = Literal["asc", "desc"]
 STATUSES = ("in_progress", "completed", "failed", "cancelled")

@@ -8,8 +8,7 @@ from html.parser import HTMLParser
 from pathlib import PurePath
 
 TEXT_SUFFIXES = frozenset(
-    ".txt .md .markdown .rst .csv .tsv .json .jsonl .xml .yaml .yml .toml .ini .log .tex .py .js .ts .tsx .jsx "
-    ".java .c .h .cc .cpp .hpp .cs .go .rs .rb .php .sh .css .sql .swift .kt .scala .lua .r .pl".split()
+    [".txt", ".md", ".markdown", ".rst", ".csv", ".tsv", ".json", ".jsonl", ".xml", ".yaml", ".yml", ".toml", ".ini", ".log", ".tex", ".py", ".js", ".ts", ".tsx", ".jsx", ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".go", ".rs", ".rb", ".php", ".sh", ".css", ".sql", ".swift", ".kt", ".scala", ".lua", ".r", ".pl"]
 )
 HTML_SUFFIXES = frozenset({".html", ".htm"})
 
@@ -62,7 +61,7 @@ def _pdf(data: bytes) -> str:
 class _TextOfHTML(HTMLParser):
     """The visible text of a page: no scripts or styles, block elements on lines of their own."""
 
-    BLOCKS = frozenset("p div br li tr h1 h2 h3 h4 h5 h6 section article header footer pre blockquote table".split())
+    BLOCKS = frozenset(["p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "header", "footer", "pre", "blockquote", "table"])
     HIDDEN = frozenset({"script", "style", "template", "noscript", "head"})
 
     def __init__(self) -> None:

@@ -18,7 +18,7 @@ import asyncpg
 import numpy as np
 
 from ..store.database import Database
-from .index import Candidate, removal_filter, mismatch, words
+from .index import Candidate, mismatch, removal_filter, words
 
 log = logging.getLogger(__name__)
 LOCK = 7270002

@@ -20,7 +20,7 @@ except ImportError:  # No pysqlite3-binary wheel off Linux; there Python's sqlit
     import sqlite3  # type: ignore[no-redef]
 
 from ..dedicated_thread import DedicatedThread
-from .index import Candidate, removal_filter, mismatch, words
+from .index import Candidate, mismatch, removal_filter, words
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -33,12 +33,12 @@ SCHEMA = [
         text TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS chunks_by_file ON chunks (vector_store_id, file_id)",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_text USING fts5("
-    "text, content='chunks', content_rowid='id', tokenize='porter unicode61')",
-    "CREATE TRIGGER IF NOT EXISTS chunks_text_add AFTER INSERT ON chunks BEGIN "
-    "INSERT INTO chunks_text (rowid, text) VALUES (new.id, new.text); END",
-    "CREATE TRIGGER IF NOT EXISTS chunks_text_remove AFTER DELETE ON chunks BEGIN "
-    "INSERT INTO chunks_text (chunks_text, rowid, text) VALUES ('delete', old.id, old.text); END",
+    ("CREATE VIRTUAL TABLE IF NOT EXISTS chunks_text USING fts5("
+    "text, content='chunks', content_rowid='id', tokenize='porter unicode61')"),
+    ("CREATE TRIGGER IF NOT EXISTS chunks_text_add AFTER INSERT ON chunks BEGIN "
+    "INSERT INTO chunks_text (rowid, text) VALUES (new.id, new.text); END"),
+    ("CREATE TRIGGER IF NOT EXISTS chunks_text_remove AFTER DELETE ON chunks BEGIN "
+    "INSERT INTO chunks_text (chunks_text, rowid, text) VALUES ('delete', old.id, old.text); END"),
 ]
 
 

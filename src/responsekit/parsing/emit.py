@@ -12,7 +12,6 @@ does not depend on how the input was chunked.
 
 from __future__ import annotations
 
-
 from responsekit.events import (
     Event,
     ReasoningDelta,
@@ -33,13 +32,13 @@ class EventBuffer:
     """Builds the event list a `feed()`/`finish()` call returns."""
 
     __slots__ = (
+        "_count",
         "_events",
         "_kind",
-        "_parts",
-        "_started",
-        "_pending",
         "_open",
-        "_count",
+        "_parts",
+        "_pending",
+        "_started",
     )
 
     def __init__(self) -> None:

@@ -63,7 +63,7 @@ _FAIL = 12
 class JsonValueStreamer:
     """Reads one JSON value from a stream and re-emits it as a healable prefix."""
 
-    __slots__ = ("_mode", "_stack", "_pend", "_key", "_lit", "_hex", "_high", "_num", "_open_str")
+    __slots__ = ("_hex", "_high", "_key", "_lit", "_mode", "_num", "_open_str", "_pend", "_stack")
 
     def __init__(self) -> None:
         self._mode = _VALUE
@@ -331,7 +331,7 @@ class JsonStringArgs:
     arguments are completed as emitted so far (`{}` at worst).
     """
 
-    __slots__ = ("_inner", "_state", "_hex", "_high", "_mode")
+    __slots__ = ("_hex", "_high", "_inner", "_mode", "_state")
 
     def __init__(self) -> None:
         self._inner = JsonValueStreamer()
@@ -414,25 +414,25 @@ class JsonCallReader:
     """
 
     __slots__ = (
-        "_out",
-        "_name_keys",
         "_args_keys",
-        "_id_keys",
-        "_names",
-        "_state",
-        "_key",
-        "_value",
-        "_role",
         "_capture",
         "_held",
-        "name",
+        "_id_keys",
+        "_key",
+        "_name_keys",
+        "_names",
+        "_out",
+        "_role",
+        "_seen_args",
+        "_state",
+        "_strict",
+        "_value",
         "call_id",
         "done",
         "failed",
+        "name",
         "rejected",
         "started",
-        "_seen_args",
-        "_strict",
     )
 
     def __init__(

@@ -102,15 +102,15 @@ class MarkerScanner:
     """
 
     __slots__ = (
-        "markers",
-        "starts",
-        "_trans",
+        "_find",
         "_match",
         "_prefix",
-        "_find",
-        "_tail",
         "_shortest",
         "_state",
+        "_tail",
+        "_trans",
+        "markers",
+        "starts",
     )
 
     def __init__(self, markers: Iterable[str | None]) -> None:

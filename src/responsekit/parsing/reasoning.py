@@ -21,7 +21,7 @@ _CLOSE = "\n</think>\n\n"
 class ReasoningFilter:
     """Applies a `ReasoningMode` to an event stream, one batch at a time."""
 
-    __slots__ = ("mode", "_open")
+    __slots__ = ("_open", "mode")
 
     def __init__(self, mode: ReasoningMode = "separate") -> None:
         if mode not in ("separate", "inline", "none"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -75,7 +76,7 @@ def _to_number(text: str) -> Any:
         value = float(text.strip())
     except ValueError:
         return _FAIL
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         return _FAIL  # not representable in JSON
     return int(value) if value.is_integer() else value
 
@@ -116,7 +117,7 @@ STRING = ValueType(("string",))
 class ToolSchemas:
     """Parameter types of the request's tools, looked up by tool and parameter name."""
 
-    __slots__ = ("_params", "_cache")
+    __slots__ = ("_cache", "_params")
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
         self._params: dict[str, Mapping[str, Any]] = {}

@@ -24,7 +24,7 @@ def escape(text: str) -> str:
 class ArgsWriter:
     """Writes `{"k": v, …}` for one call; each method returns the JSON text to emit."""
 
-    __slots__ = ("_schemas", "_tool", "_sep", "_key", "_type", "_held", "_streaming")
+    __slots__ = ("_held", "_key", "_schemas", "_sep", "_streaming", "_tool", "_type")
 
     def __init__(self, schemas: ToolSchemas, tool: str) -> None:
         self._schemas = schemas

@@ -90,7 +90,7 @@ class SQLiteDatabase:
                 group, self._queued = self._queued, []
                 try:
                     outcomes = await self._thread.run(_commit_group, self._connection, [s for s, _ in group])
-                except BaseException as exc:  # the group's COMMIT failed: none of it was written
+                except BaseException as exc:  # the group's COMMIT failed: none of it was written  # noqa: BLE001
                     outcomes = [exc] * len(group)
             for (_, done), outcome in zip(group, outcomes, strict=True):
                 if done.done():
@@ -129,7 +129,7 @@ def _commit_group(connection: sqlite3.Connection, group: list[list[Statement]]) 
             connection.execute("SAVEPOINT one").close()
             try:
                 _run(connection, statements)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 connection.execute("ROLLBACK TO one").close()
                 outcomes.append(exc)
             else:

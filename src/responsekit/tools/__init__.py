@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.responses.tools import ToolOrigin
 from ..conversation import FunctionTool
+from .names import ToolOrigin
 
 
 @dataclass(slots=True)

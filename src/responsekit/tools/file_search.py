@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..api.responses.request import format_results
-from ..api.responses.tools import ToolOrigin
 from ..conversation import FunctionTool
 from ..errors import APIError
 from ..files.service import VectorStores
 from . import ServerTools, ToolOutcome
+from .names import ToolOrigin
 
 FUNCTION = FunctionTool(
     "file_search",
@@ -73,3 +72,13 @@ def _queries(arguments: str) -> list[str]:
     queries = value.get("queries", value.get("query", []))
     queries = [queries] if isinstance(queries, str) else queries
     return [q for q in queries if isinstance(q, str) and q.strip()] if isinstance(queries, list) else []
+
+
+def format_results(results: list[dict[str, Any]], first_number: int = 1) -> str:
+    """Search results as the model reads them, numbered so that it can cite them as `[n]`."""
+    blocks = [
+        f"[{first_number + position}] {result.get('filename', '')} (score {float(result.get('score') or 0):.3f})\n"
+        f"{result.get('text', '')}"
+        for position, result in enumerate(results)
+    ]
+    return "\n\n".join(blocks) if blocks else "No results."

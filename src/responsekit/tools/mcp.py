@@ -18,11 +18,11 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from ..api.responses.tools import ToolOrigin
 from ..conversation import FunctionTool
 from ..ids import new_id
 from ..outbound import UrlPolicy
 from . import ServerTools, ToolOutcome
+from .names import ToolOrigin
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class McpServer:
         try:
             async with self.client() as session:
                 listed = await session.list_tools()
-        except Exception as exc:  # any transport or protocol failure: the response goes on without them
+        except Exception as exc:  # any transport or protocol failure: the response goes on without them  # noqa: BLE001
             log.warning("MCP server %s (%s) could not be listed: %r", self.label, self.url, exc)
             item["error"] = f"Could not list the tools of {self.url}: {exc}"
             return item
@@ -88,7 +88,7 @@ class McpServer:
             return _failure(f"Calling {tool} failed: {exc}", code=exc.error.code)
         except httpx2.HTTPStatusError as exc:
             return _failure(f"Calling {tool} failed: {exc}", code=exc.response.status_code, kind="http_error")
-        except Exception as exc:  # any transport failure: the model hears of it and goes on
+        except Exception as exc:  # any transport failure: the model hears of it and goes on  # noqa: BLE001
             log.warning("MCP call %s.%s failed: %r", self.label, tool, exc)
             return _failure(f"Calling {tool} failed: {exc}")
         text = "\n".join(getattr(part, "text", "") or json.dumps(part.model_dump()) for part in result.content)

@@ -8,19 +8,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ...auth import authorize
-from ..http import (
-    SSE_DONE,
-    JSONResponse,
-    drain,
-    event_stream,
-    plain_post,
-    raise_for_error,
-    read_body,
-    rendered,
-    sse_data,
-    unless_disconnected,
-)
+from ...rendering import drain, raise_for_error, rendered
+from ...sse import SSE_DONE, sse_data
+from ..auth import authorize
+from ..http import JSONResponse, read_body
+from ..routing import plain_post
+from ..streaming import event_stream, unless_disconnected
 from .render import ChatRenderer
 from .request import CreateChatCompletion, translate
 

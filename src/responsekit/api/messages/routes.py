@@ -16,24 +16,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ...auth import authorize
 from ...backends import Backend
 from ...backends.llama_cpp import LlamaCppBackend
 from ...conversation import GenerationRequest
-from ..http import (
-    JSONResponse,
-    PlainRoute,
-    drain,
-    error_envelope,
-    event_stream,
-    json_body,
-    plain_post,
-    read_body,
-    rendered,
-    sse_event,
-    unless_disconnected,
-)
+from ...rendering import drain, rendered
+from ...sse import sse_event
+from ..auth import authorize
+from ..http import JSONResponse, error_envelope, read_body
 from ..models import list_models
+from ..routing import PlainRoute, json_body, plain_post
+from ..streaming import event_stream, unless_disconnected
 from .render import MessagesRenderer, error_message
 from .render import error_envelope as anthropic_error
 from .request import CreateMessage, MessageParams, translate

@@ -22,7 +22,6 @@ from ...events import (
     Error,
     Event,
     Finish,
-    ToolResult,
     ReasoningDelta,
     ReasoningSummaryDelta,
     RefusalDelta,
@@ -30,10 +29,11 @@ from ...events import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    ToolResult,
     Usage,
 )
 from ...ids import new_id
-from .tools import CUSTOM_INPUT, ToolSet
+from ...tools.names import CUSTOM_INPUT, ToolSet
 
 log = logging.getLogger(__name__)
 
@@ -545,6 +545,14 @@ class ResponseRenderer:
 
     def _snapshot(self) -> dict[str, Any]:
         return {**self.response, "output": [item for item in self._items if item is not None]}
+
+
+def resumed(response: dict[str, Any], stored: list[dict[str, Any]]) -> ResponseRenderer:
+    """A renderer taking up `response` after its `stored` events: how the runs of a process
+    that died are ended (`Runs`), with the items their stream announced done."""
+    renderer = ResponseRenderer(response, ToolSet(), stored[-1]["sequence_number"] + 1 if stored else 0)
+    renderer.resume({e["output_index"]: e["item"] for e in stored if e["type"] == "response.output_item.done"})
+    return renderer
 
 
 def _custom_input(arguments: str, *, partial: bool) -> str | None:

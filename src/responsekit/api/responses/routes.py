@@ -11,25 +11,19 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...auth import Owner, authorize
 from ...errors import APIError
 from ...ids import new_id
 from ...items import normalize_items
 from ...orchestrator import Orchestrator
+from ...rendering import raise_for_error
+from ...sse import SSE_DONE, sse_event
 from ...store import RUNNING, paginate
-from ..http import (
-    SSE_DONE,
-    JSONResponse,
-    event_stream,
-    json_body,
-    plain_post,
-    raise_for_error,
-    read_body,
-    sse_event,
-    unless_disconnected,
-)
+from ..auth import Owner, authorize
+from ..http import JSONResponse, read_body
+from ..routing import json_body, plain_post
+from ..streaming import event_stream, unless_disconnected
 from .render import usage_object
-from .request import CreateResponse
+from .request import CreateResponse, translate
 
 router = APIRouter()
 
@@ -49,7 +43,7 @@ async def create_response(request: Request) -> Response:
     if len(body.input_items) > limit:
         raise APIError(400, f"`input` has more than {limit} items.", param="input", code="invalid_value")
     conductor = orchestrator(request)
-    prepared = await conductor.prepare(body, owner)
+    prepared = await conductor.prepare(translate(body, conductor.sealer), owner)
     if body.background:
         run = await conductor.start_background(prepared)
         if body.stream:
@@ -103,7 +97,8 @@ async def compact(request: Request, owner: Owner) -> dict[str, Any]:
 async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
     """Exact when the engine can tokenize (llama.cpp, vLLM, SGLang), else an estimate marked as such."""
     body = await read_body(request, CreateResponse)
-    prepared = await orchestrator(request).prepare(body, owner)
+    conductor = orchestrator(request)
+    prepared = await conductor.prepare(translate(body, conductor.sealer), owner)
     count, exact = await prepared.upstream.count_tokens(prepared.generation)
     return {"object": "response.input_tokens", "input_tokens": count, "estimated": not exact}
 

@@ -9,17 +9,13 @@ component of this server runs are dropped with a warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from ...conversation import FunctionTool, NamedToolChoice, ToolChoice
 from ...errors import APIError
+from ...tools.names import CUSTOM_INPUT, ToolOrigin, ToolSet
 
 log = logging.getLogger(__name__)
-
-CUSTOM_INPUT = "input"
-"""The one argument of a custom tool as the model sees it."""
 
 HOSTED_TOOL_TYPES = frozenset({
     "file_search", "web_search", "web_search_2025_08_26", "web_search_preview",
@@ -27,53 +23,14 @@ HOSTED_TOOL_TYPES = frozenset({
     "programmatic_tool_calling", "image_generation", "local_shell", "shell", "tool_search", "apply_patch",
 })  # fmt: skip
 """Tool types of the API that are not client functions (echoed in the Response, not offered)."""
+SERVED_TOOL_TYPES = frozenset({"file_search", "mcp"})
+"""Hosted tools the orchestrator runs itself (`tools/`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ToolOrigin:
-    """What a model-facing function name stands for on the client's side.
-
-    `function` and `custom` calls go back to the client; `file_search` and `mcp` calls
-    the server runs itself (`namespace` is then the MCP server's label), unless they need
-    the user's approval first.
-    """
-
-    kind: Literal["function", "custom", "file_search", "mcp"]
-    name: str
-    namespace: str | None = None
-    needs_approval: bool = False
-
-    @property
-    def server_side(self) -> bool:
-        return self.kind in ("file_search", "mcp") and not self.needs_approval
-
-
-@dataclass(slots=True)
-class ToolSet:
-    functions: list[FunctionTool] = field(default_factory=list)
-    origins: dict[str, ToolOrigin] = field(default_factory=dict)
-    """Model-facing name -> client tool."""
-    echo: list[dict[str, Any]] = field(default_factory=list)
-    """The `tools` of the Response object."""
-
-    def model_name(self, name: str, namespace: str | None = None) -> str:
-        """The name the model knows a tool by (also for tools no longer offered)."""
-        for model_name, origin in self.origins.items():
-            if origin.name == name and origin.namespace == namespace:
-                return model_name
-        return f"{namespace}__{name}" if namespace else name
-
-    def origin(self, model_name: str) -> ToolOrigin:
-        return self.origins.get(model_name) or ToolOrigin("function", model_name)
-
-
-def translate_tools(
-    tools: list[Any], served: Sequence[tuple[ToolOrigin, FunctionTool]] = ()
-) -> ToolSet:
-    """The functions the model sees: the client's tools, and `served`, the tools this server runs."""
+def translate_tools(tools: list[Any]) -> ToolSet:
+    """The functions the model sees for the client's tools (the orchestrator adds the ones it serves)."""
     toolset = ToolSet()
     entries: list[tuple[ToolOrigin, FunctionTool]] = []
-    served_kinds = {origin.kind for origin, _ in served}
     for position, tool in enumerate(tools):
         param = f"tools[{position}]"
         if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
@@ -99,29 +56,19 @@ def translate_tools(
                 {**tool, "description": tool.get("description", ""), "tools": [_echo(m) for m in inner]}
             )
         elif kind in HOSTED_TOOL_TYPES:
-            if kind not in served_kinds:
+            if kind not in SERVED_TOOL_TYPES:
                 log.warning("dropping hosted tool %r: no component of this server runs it", kind)
             toolset.echo.append(tool)
         else:
             log.warning("dropping tool of unknown type %r", kind)
-    entries.extend(served)
-
-    names = [function.name for _, function in entries]
-    for origin, function in entries:
-        name = function.name
-        model_name = name if not origin.namespace or names.count(name) == 1 else f"{origin.namespace}__{name}"
-        if model_name in toolset.origins:
-            raise APIError(400, f"Duplicate tool name `{model_name}`.", param="tools", code="invalid_value")
-        toolset.origins[model_name] = origin
-        toolset.functions.append(replace(function, name=model_name))
+    toolset.add(entries)
     return toolset
 
 
-def translate_tool_choice(choice: Any, toolset: ToolSet) -> tuple[ToolChoice, list[FunctionTool]]:
-    """The canonical tool choice and the functions to offer under it."""
-    functions = toolset.functions
+def translate_tool_choice(choice: Any, toolset: ToolSet) -> ToolChoice:
+    """The canonical tool choice; `allowed_tools` limits the tools offered (`toolset.allowed`)."""
     if choice is None or choice in ("auto", "none", "required"):
-        return choice or "auto", functions
+        return choice or "auto"
     if not isinstance(choice, dict):
         raise APIError(400, f"Invalid tool_choice: {choice!r}.", param="tool_choice", code="invalid_value")
     kind = choice.get("type")
@@ -130,17 +77,17 @@ def translate_tool_choice(choice: Any, toolset: ToolSet) -> tuple[ToolChoice, li
         model_name = toolset.model_name(str(name), choice.get("namespace"))
         if model_name not in toolset.origins:
             raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice", code="invalid_value")
-        return NamedToolChoice(model_name), functions
+        return NamedToolChoice(model_name)
     if kind == "allowed_tools":
         mode = choice.get("mode", "auto")
         if mode not in ("auto", "required"):
             raise APIError(400, "allowed_tools mode must be `auto` or `required`.", param="tool_choice.mode", code="invalid_value")
-        allowed = {
+        toolset.allowed = frozenset(
             toolset.model_name(str(tool.get("name")), tool.get("namespace"))
             for tool in choice.get("tools") or ()
             if isinstance(tool, dict) and tool.get("type") in ("function", "custom")
-        }
-        return mode, [function for function in functions if function.name in allowed]
+        )
+        return mode
     raise APIError(
         400,
         f"tool_choice of type `{kind}` cannot be honoured: no component of this server runs that tool.",

@@ -17,11 +17,12 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from ...auth import authorize
 from ...errors import APIError
 from ...orchestrator import History, Orchestrator
-from ..http import dumps, validation_error
-from .request import CreateResponse
+from ...sse import dumps
+from ..auth import authorize
+from ..http import validation_error
+from .request import CreateResponse, translate
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -73,7 +74,7 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
     except ValidationError as exc:
         raise validation_error(exc) from None
     try:
-        prepared = await conductor.prepare(body, owner, cache)
+        prepared = await conductor.prepare(translate(body, conductor.sealer), owner, cache)
     except APIError:
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)

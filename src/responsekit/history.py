@@ -1,0 +1,263 @@
+"""Stored items -> the canonical conversation.
+
+Items (`items.py`) are the store's vocabulary: a response's history, a conversation, what a
+compaction summarizes. The orchestrator translates them itself (issue 15), leniently: an odd
+or malformed item is skipped with a logged warning, because a replayed history with one
+strange item must not kill a client's thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from typing import Any
+
+from .conversation import ImagePart, Message, Part, TextPart, ToolCall
+from .ids import new_id
+from .tools.file_search import format_results
+from .tools.names import CUSTOM_INPUT, ToolSet
+
+log = logging.getLogger(__name__)
+
+
+class _Skip(Exception):
+    """An input item that cannot be used; it is skipped with a warning."""
+
+
+def translate_items(items: list[Any], toolset: ToolSet) -> list[Message]:
+    """Input items -> canonical messages; each odd item is skipped with a warning."""
+    builder = _HistoryBuilder(toolset)
+    for item in items:
+        try:
+            builder.add(item)
+        except _Skip as reason:
+            where = item.get("id", "without id") if isinstance(item, dict) else "that is not an object"
+            log.warning("skipping input item %s for the model: %s", where, reason)
+    return builder.finish()
+
+
+class _HistoryBuilder:
+    def __init__(self, toolset: ToolSet) -> None:
+        self.toolset = toolset
+        self.messages: list[Message] = []
+        self.pending_reasoning: list[str] = []
+        self.tool_images: list[Part] = []
+
+    def add(self, item: Any) -> None:
+        if not isinstance(item, dict):
+            raise _Skip(f"not an object: {str(item)[:80]!r}")
+        kind = item.get("type", "message" if "role" in item else None)
+        handler = getattr(self, f"_{kind}", None) if isinstance(kind, str) else None
+        if handler is None:
+            raise _Skip(f"item type {kind!r} is not used by chat models")
+        if kind not in ("function_call_output", "custom_tool_call_output"):
+            self._flush_tool_images()
+        handler(item)
+
+    def finish(self) -> list[Message]:
+        self._flush_tool_images()
+        return _answer_every_call(self.messages)
+
+    # --- item types -------------------------------------------------------------------
+
+    def _message(self, item: dict[str, Any]) -> None:
+        role = item.get("role")
+        if role not in ("system", "developer", "user", "assistant"):
+            raise _Skip(f"message role {role!r}")
+        parts = _content_parts(item.get("content"), role)
+        if role == "assistant":
+            turn = self._assistant_turn(allow_append=False)
+            turn.content.extend(parts)
+        else:
+            self.messages.append(Message(role, parts))
+
+    def _reasoning(self, item: dict[str, Any]) -> None:
+        text = _reasoning_text(item)
+        if text:
+            self.pending_reasoning.append(text)
+
+    def _function_call(self, item: dict[str, Any]) -> None:
+        name, arguments = item.get("name"), item.get("arguments", "{}")
+        if not isinstance(name, str) or not name:
+            raise _Skip("function_call without a name")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        call_id = item.get("call_id") or item.get("id") or new_id("call")
+        model_name = self.toolset.model_name(name, item.get("namespace"))
+        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(str(call_id), model_name, arguments))
+
+    def _custom_tool_call(self, item: dict[str, Any]) -> None:
+        name, text = item.get("name"), item.get("input", "")
+        if not isinstance(name, str) or not name:
+            raise _Skip("custom_tool_call without a name")
+        arguments = json.dumps({CUSTOM_INPUT: text if isinstance(text, str) else str(text)}, ensure_ascii=False)
+        call_id = item.get("call_id") or item.get("id") or new_id("call")
+        model_name = self.toolset.model_name(name, item.get("namespace"))
+        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(str(call_id), model_name, arguments))
+
+    def _function_call_output(self, item: dict[str, Any]) -> None:
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise _Skip("tool output without a call_id")
+        if not any(call.id == call_id for m in self.messages for call in m.tool_calls):
+            raise _Skip(f"tool output for unknown call {call_id!r}")
+        parts = _content_parts(item.get("output"), "tool")
+        text = "".join(part.text for part in parts if isinstance(part, TextPart))
+        images = [part for part in parts if isinstance(part, ImagePart)]
+        if images:
+            self.tool_images += [TextPart(f"Images returned by tool call {call_id}:"), *images]
+        self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
+
+    _custom_tool_call_output = _function_call_output
+
+    def _mcp_call(self, item: dict[str, Any]) -> None:
+        """An MCP call the server ran: the model sees its call and what came back."""
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise _Skip("mcp_call without a name")
+        call_id = str(item.get("id") or new_id("call"))
+        model_name = self.toolset.model_name(name, item.get("server_label"))
+        arguments = item.get("arguments") or "{}"
+        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(call_id, model_name, str(arguments)))
+        error = item.get("error")
+        if isinstance(error, dict):
+            error = error.get("message") or json.dumps(error.get("content", error), ensure_ascii=False)
+        result = f"Error: {error}" if error else str(item.get("output") or "")
+        self.messages.append(Message("tool", [TextPart(result)], tool_call_id=call_id))
+
+    def _file_search_call(self, item: dict[str, Any]) -> None:
+        """A search the server ran: the model sees its queries and the results (when kept)."""
+        call_id = str(item.get("id") or new_id("call"))
+        arguments = json.dumps({"queries": item.get("queries") or []}, ensure_ascii=False)
+        turn = self._assistant_turn(allow_append=True)
+        turn.tool_calls.append(ToolCall(call_id, self.toolset.model_name("file_search"), arguments))
+        results = item.get("results")
+        text = format_results(results) if results else "The results of this search were not kept."
+        self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
+
+    def _mcp_list_tools(self, item: dict[str, Any]) -> None:
+        """Listings are for the client and the server (which reuses them), not the model."""
+
+    def _mcp_approval_request(self, item: dict[str, Any]) -> None:
+        """A call still waiting for approval has not happened (an approved one arrives as an mcp_call)."""
+
+    def _mcp_approval_response(self, item: dict[str, Any]) -> None:
+        """Approvals are acted on by the orchestrator before generation."""
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _assistant_turn(self, *, allow_append: bool) -> Message:
+        """The assistant message this item belongs to, carrying any reasoning before it.
+
+        Tool calls join the assistant message just before them; an assistant message
+        after reasoning or tool results starts a new turn.
+        """
+        last = self.messages[-1] if self.messages else None
+        if (
+            allow_append
+            and not self.pending_reasoning
+            and last is not None
+            and last.role == "assistant"
+        ):
+            return last
+        turn = Message("assistant")
+        if self.pending_reasoning:
+            turn.reasoning = "\n\n".join(self.pending_reasoning)
+            self.pending_reasoning.clear()
+        self.messages.append(turn)
+        return turn
+
+    def _flush_tool_images(self) -> None:
+        """Chat tool messages hold text only, so images from tool outputs follow as a user turn."""
+        if self.tool_images:
+            self.messages.append(Message("user", self.tool_images))
+            self.tool_images = []
+
+
+def _answer_every_call(messages: list[Message]) -> list[Message]:
+    """Give every tool call a result, as chat engines require; a missing one is stated as such."""
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    out: list[Message] = []
+    unanswered: list[ToolCall] = []
+    for message in messages:
+        if message.role != "tool":
+            out.extend(_no_output(call) for call in unanswered)
+            unanswered = []
+        out.append(message)
+        unanswered += [call for call in message.tool_calls if call.id not in answered]
+    out.extend(_no_output(call) for call in unanswered)
+    return out
+
+
+def _no_output(call: ToolCall) -> Message:
+    log.warning("tool call %s has no output in the history; telling the model so", call.id)
+    return Message("tool", [TextPart("No output was recorded for this tool call.")], tool_call_id=call.id)
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    if isinstance(content, list):
+        texts = [p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    if not any(texts):
+        summary = item.get("summary")
+        if isinstance(summary, list):
+            texts = [p.get("text", "") for p in summary if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        elif isinstance(summary, str):
+            texts = [summary]
+    return "\n".join(text for text in texts if text)
+
+
+def _content_parts(content: Any, role: str) -> list[Part]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextPart(content)]
+    if not isinstance(content, list):
+        raise _Skip(f"{role} content is neither a string nor a list")
+    parts: list[Part] = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(TextPart(part))
+            continue
+        if not isinstance(part, dict):
+            log.warning("skipping a content part that is not an object")
+            continue
+        kind = part.get("type")
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            parts.append(TextPart(str(part.get("text", ""))))
+        elif kind == "refusal":
+            parts.append(TextPart(str(part.get("refusal", ""))))
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if isinstance(url, dict):
+                url = url.get("url")
+            if isinstance(url, str) and url:
+                parts.append(ImagePart(url, str(part.get("detail") or "auto")))
+            else:
+                log.warning("skipping an input_image without an image_url (file ids are not stored here)")
+        elif kind == "input_file":
+            parts.append(TextPart(_file_text(part)))
+        else:
+            log.warning("skipping a content part of type %r", kind)
+    return parts
+
+
+def _file_text(part: dict[str, Any]) -> str:
+    """An `input_file` as text the model can read, headed by its filename."""
+    filename = part.get("filename") or part.get("file_id") or "file"
+    data = part.get("file_data")
+    if isinstance(data, str) and data:
+        payload = data.split(",", 1)[1] if data.startswith("data:") and "," in data else data
+        try:
+            text = base64.b64decode(payload, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return f"[file {filename}: binary content that cannot be shown as text]"
+        return f"[file {filename}]\n{text}\n[end of file {filename}]"
+    if part.get("file_url"):
+        return f"[file {filename} at {part['file_url']}]"
+    return f"[file {filename}]"

@@ -1,0 +1,57 @@
+"""Driving a frontend's renderer over a generation's canonical events.
+
+Every frontend renders the same canonical stream (`events.py`) into its own events; the
+orchestrator and the frontends' routes drive a renderer the same way, so this lives
+below `api/` (issue 15).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any, Protocol
+
+from .errors import APIError, error_type_for_status
+from .events import Error, Event
+
+
+class Renderer(Protocol):
+    """Turns canonical events into a frontend's events; `finished` once it sent its last."""
+
+    finished: bool
+    error: Error | None
+
+    def start(self) -> list[dict[str, Any]]: ...
+
+    def feed(self, event: Event) -> list[dict[str, Any]]: ...
+
+
+async def rendered(renderer: Renderer, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, Any]]:
+    """Every frontend event of one generation, ending with the renderer's last one.
+
+    Streaming sends these; a non-streaming request folds them: one code path for both.
+    Leaving early closes the engine's stream, and so its HTTP request.
+    """
+    for event in renderer.start():
+        yield event
+    async with aclosing(events):
+        async for canonical in events:
+            for event in renderer.feed(canonical):
+                yield event
+            if renderer.finished:
+                return
+    for event in renderer.feed(Error("server_error", "the engine's stream ended without finishing", 502)):
+        yield event
+
+
+async def drain(renderer: Renderer, events: AsyncIterator[Event]) -> None:
+    """Run a generation to its end for a non-streaming answer (the renderer keeps the result)."""
+    async for _ in rendered(renderer, events):
+        pass
+
+
+def raise_for_error(renderer: Renderer) -> None:
+    """A non-streaming answer that failed becomes an HTTP error in OpenAI's envelope."""
+    error = renderer.error
+    if error is not None:
+        raise APIError(error.status, error.message, type=error_type_for_status(error.status), code=error.code)

@@ -1,0 +1,78 @@
+"""The names a model knows tools by, and what each stands for (issue 15: below `api/`).
+
+A frontend maps its client's tools to functions (`api/responses/tools.py`); the
+orchestrator adds the tools the server runs (`ServerTools`) and, when the model calls
+one, finds out from its name whether to run it or hand it to the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from ..conversation import FunctionTool
+from ..errors import APIError
+
+CUSTOM_INPUT = "input"
+"""The one argument of a custom tool as the model sees it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOrigin:
+    """What a model-facing function name stands for on the client's side.
+
+    `function` and `custom` calls go back to the client; `file_search` and `mcp` calls
+    the server runs itself (`namespace` is then the MCP server's label), unless they need
+    the user's approval first.
+    """
+
+    kind: Literal["function", "custom", "file_search", "mcp"]
+    name: str
+    namespace: str | None = None
+    needs_approval: bool = False
+
+    @property
+    def server_side(self) -> bool:
+        return self.kind in ("file_search", "mcp") and not self.needs_approval
+
+
+@dataclass(slots=True)
+class ToolSet:
+    """The functions a model is offered, and what each of their names stands for."""
+
+    functions: list[FunctionTool] = field(default_factory=list)
+    origins: dict[str, ToolOrigin] = field(default_factory=dict)
+    """Model-facing name -> client tool."""
+    echo: list[dict[str, Any]] = field(default_factory=list)
+    """The tools as the client declared them, for its answer to echo (the Response's `tools`)."""
+    allowed: frozenset[str] | None = None
+    """Model-facing names the request's tool choice limits the offer to (`allowed_tools`)."""
+
+    def add(self, entries: Sequence[tuple[ToolOrigin, FunctionTool]]) -> None:
+        """Name `entries` for the model: a namespaced tool is `namespace__name` where its name is
+        taken twice. A name given twice is the request's error (400)."""
+        names = [origin.name for origin in self.origins.values()] + [function.name for _, function in entries]
+        for origin, function in entries:
+            name = function.name
+            model_name = name if not origin.namespace or names.count(name) == 1 else f"{origin.namespace}__{name}"
+            if model_name in self.origins:
+                raise APIError(400, f"Duplicate tool name `{model_name}`.", param="tools", code="invalid_value")
+            self.origins[model_name] = origin
+            self.functions.append(replace(function, name=model_name))
+
+    def offered(self) -> list[FunctionTool]:
+        """The functions the model is offered."""
+        if self.allowed is None:
+            return list(self.functions)
+        return [function for function in self.functions if function.name in self.allowed]
+
+    def model_name(self, name: str, namespace: str | None = None) -> str:
+        """The name the model knows a tool by (also for tools no longer offered)."""
+        for model_name, origin in self.origins.items():
+            if origin.name == name and origin.namespace == namespace:
+                return model_name
+        return f"{namespace}__{name}" if namespace else name
+
+    def origin(self, model_name: str) -> ToolOrigin:
+        return self.origins.get(model_name) or ToolOrigin("function", model_name)
