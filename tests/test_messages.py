@@ -22,7 +22,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from responsekit.api import streaming
+from responsekit.api import streaming as api_streaming
 from responsekit.api.messages.render import error_type
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
@@ -332,7 +332,7 @@ def test_stop_sequences_and_max_tokens(server):
 
 
 def test_pings_while_the_engine_is_silent(server, monkeypatch):
-    monkeypatch.setattr(streaming, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(api_streaming, "HEARTBEAT_SECONDS", 0.2)
     server.upstream.time_scale = 1.0
     server.upstream.push(slow_exchange(3, 0.7))
     events = stream(server.url, body())
