@@ -160,6 +160,10 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
+def _new_conversation(client: httpx.Client) -> str:
+    return client.post("/conversations", json={}).json()["id"]
+
+
 def _positions(ids: dict[str, str]) -> dict[str, tuple[str, Call]]:
     """Every place a client names an id: (what carries it, a call sending the id there)."""
     conversation, store, response = ids["conversation"], ids["vector_store"], ids["response"]
@@ -176,7 +180,8 @@ def _positions(ids: dict[str, str]) -> dict[str, tuple[str, Call]]:
         "conversation.id": ("body", lambda c, i: _json(c, "POST", "/responses", {**create, "conversation": {"id": i}})),
         "item_reference": ("body", lambda c, i: _json(c, "POST", "/responses", {**create, "input": [
             {"type": "item_reference", "id": i}, {"role": "user", "content": "x"}]})),
-        "input item id": ("body", lambda c, i: _json(c, "POST", f"/conversations/{ids['scratch']}/items", {
+        # A new conversation each time: one holds each item id once (a repeat is a 400 of its own).
+        "input item id": ("body", lambda c, i: _json(c, "POST", f"/conversations/{_new_conversation(c)}/items", {
             "items": [{"type": "message", "role": "user", "content": "x", "id": i}]})),
         "file_search vector_store_ids": ("body", lambda c, i: _json(c, "POST", "/responses", {
             **create, "tools": [{"type": "file_search", "vector_store_ids": [i]}]})),
@@ -272,3 +277,28 @@ def test_ids_no_store_can_hold_are_answered_as_unknown_ids(server):
             assert _answer(_json(client, "POST", path, {"name": name})) == (
                 400, ("invalid_request_error", "invalid_value", "name"))  # fmt: skip
     assert client.get("/models").status_code == 200, "the server is still up"
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_an_item_id_a_conversation_holds_is_no_500(server):
+    """A conversation holds each item once (a unique index): an id it holds, or that a request
+    repeats, is a 400 on the Conversations API and a skipped input item on /responses."""
+    client = httpx.Client(base_url=server.base_url, timeout=30)
+
+    def item(item_id: str, text: str = "x") -> dict[str, Any]:
+        return {"type": "message", "role": "user", "content": text, "id": item_id}
+
+    repeated = client.post("/conversations", json={"items": [item("msg_a"), item("msg_a")]})
+    assert repeated.status_code == 400 and repeated.json()["error"]["param"] == "items"
+    conversation = client.post("/conversations", json={"items": [item("msg_a")]}).json()["id"]
+    for items in ([item("msg_a", "again")], [item("msg_b"), item("msg_b")]):
+        answer = client.post(f"/conversations/{conversation}/items", json={"items": items})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["code"] == "invalid_value" and "msg_" in answer.json()["error"]["message"]
+    server.upstream.push(text_exchange("ok"))
+    answer = client.post("/responses", json={"model": "test-model", "conversation": conversation, "input": [
+        item("msg_a", "held already"), {"type": "item_reference", "id": "msg_a"}, item("msg_c"), item("msg_c")]})
+    assert answer.status_code == 200, answer.text
+    held = client.get(f"/conversations/{conversation}/items", params={"order": "asc"}).json()["data"]
+    assert [entry["id"] for entry in held][:2] == ["msg_a", "msg_c"] and len(held) == 3  # and the answer
+    assert [m["content"] for m in server.upstream.requests[-1]["messages"]][:2] == ["x", "x"]

@@ -130,6 +130,8 @@ class Orchestrator:
     async def prepare(self, request: ResponseRequest, owner: str, cache: History | None = None) -> Prepared:
         history = await self._history(request, owner, cache)
         inputs = normalize_items(await self._resolve_references(request.input, owner))
+        if request.conversation_id:
+            inputs = _new_to_conversation(history, inputs)
         if history:
             _check_tool_outputs(history, inputs)
         upstream, model = await self.router.resolve(request.generation.model)
@@ -437,6 +439,21 @@ async def _answer_approvals(
             call.update(error={"type": "mcp_protocol_error", "code": -32000, "message": message}, status="failed")
         out.append(call)
     return out
+
+
+def _new_to_conversation(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The input items the conversation does not hold yet. A conversation holds each item once:
+    one it holds already (sent again, or by `item_reference`) or an earlier input repeats is
+    skipped with a warning, like any odd item in a replayed history (issue 14: a 500 before)."""
+    seen = {item.get("id") for item in history}
+    fresh = []
+    for item in inputs:
+        if item["id"] in seen:
+            log.warning("skipping input item %r: the conversation holds it already", item["id"])
+            continue
+        seen.add(item["id"])
+        fresh.append(item)
+    return fresh
 
 
 def _check_tool_outputs(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> None:

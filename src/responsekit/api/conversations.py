@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -11,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import APIError
 from ..ids import new_id
 from ..items import normalize_item
-from ..store import Store
+from ..store import DuplicateItem, Store
 from .auth import Owner
 from .http import read_body
 from .routing import json_body
@@ -44,7 +46,8 @@ async def create_conversation(request: Request, owner: Owner) -> dict[str, Any]:
     body = await read_body(request, CreateConversation)
     conversation = {"id": new_id("conv"), "object": "conversation", "created_at": int(time.time()),
                     "metadata": body.metadata or {}}  # fmt: skip
-    await _store(request).create_conversation(owner, conversation, _items(body.items))
+    with _unique_items():
+        await _store(request).create_conversation(owner, conversation, _items(body.items))
     return conversation
 
 
@@ -73,7 +76,8 @@ async def add_items(request: Request, conversation_id: str, owner: Owner) -> dic
     body = await read_body(request, AddItems)
     await _conversation(request, owner, conversation_id)
     items = _items(body.items)
-    await _store(request).add_conversation_items(conversation_id, items)
+    with _unique_items():
+        await _store(request).add_conversation_items(conversation_id, items)
     return {"object": "list", "data": items, "first_id": items[0]["id"], "last_id": items[-1]["id"], "has_more": False}
 
 
@@ -120,6 +124,16 @@ async def _conversation(request: Request, owner: str, conversation_id: str) -> d
 def _not_found(conversation_id: str) -> APIError:
     return APIError(404, f"Conversation with id '{conversation_id}' not found.", param="conversation_id",
                     code="not_found")  # fmt: skip
+
+
+@contextmanager
+def _unique_items() -> Iterator[None]:
+    """An item id the conversation (or the request) holds already is the caller's error."""
+    try:
+        yield
+    except DuplicateItem as exc:
+        raise APIError(400, f"An item with id '{exc.item_id}' is already in this conversation.", param="items",
+                       code="invalid_value") from None  # fmt: skip
 
 
 def _items(raw: list[Any]) -> list[dict[str, Any]]:

@@ -42,6 +42,14 @@ def paginate(items: list[dict[str, Any]], after: str | None, limit: int, order: 
     return Page(ordered[start : start + limit], start + limit < len(ordered))
 
 
+class DuplicateItem(ValueError):
+    """An item whose id its conversation holds already (a conversation holds each item once)."""
+
+    def __init__(self, item_id: str) -> None:
+        super().__init__(item_id)
+        self.item_id = item_id
+
+
 class Store:
     def __init__(self, database: Database) -> None:
         self.database = database
@@ -289,11 +297,28 @@ class Store:
             "SELECT COALESCE(MAX(position), 0) FROM conversation_items WHERE conversation_id = ?", conversation_id
         )
         start = int(row[0]) if row else 0
+        await self._check_new(db, conversation_id, [item["id"] for item in items])
         if items:
             await db.executemany(
                 "INSERT INTO conversation_items (conversation_id, position, item_id, body) VALUES (?, ?, ?, ?)",
                 [(conversation_id, start + i + 1, item["id"], _dumps(item)) for i, item in enumerate(items)],
             )
+
+    async def _check_new(self, db: Connection, conversation_id: str, ids: list[str]) -> None:
+        """DuplicateItem for an id the conversation holds or the list repeats, checked under the
+        conversation's lock rather than left to the unique index (issue 14: a 500 before)."""
+        seen: set[str] = set()
+        for item_id in ids:
+            if item_id in seen:
+                raise DuplicateItem(item_id)
+            seen.add(item_id)
+        for start in range(0, len(ids), 500):  # within any database's limit of parameters
+            chunk = ids[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            row = await db.fetchrow(f"SELECT item_id FROM conversation_items WHERE conversation_id = ? "
+                                    f"AND item_id IN ({marks})", conversation_id, *chunk)  # fmt: skip
+            if row is not None:
+                raise DuplicateItem(row[0])
 
     async def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
         rows = await self.database.fetch(
