@@ -14,6 +14,7 @@ from .api import files as files_api
 from .api import vector_stores as vector_stores_api
 from .api.chat import routes as chat
 from .api.http import JSONResponse, install_error_handlers
+from .api.messages import routes as messages
 from .api.responses import routes as responses
 from .api.responses import websocket
 from .auth import key_hash
@@ -71,7 +72,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.router = router
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
     for frontend in (responses.router, websocket.router, conversations.router, chat.router, models.api,
-                     files_api.router, vector_stores_api.router):
+                     files_api.router, vector_stores_api.router, messages.router):
         app.include_router(frontend, prefix="/v1")
         # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
         app.include_router(frontend, include_in_schema=False)

@@ -26,11 +26,15 @@ def authorize(connection: HTTPConnection) -> str:
     if not owners:
         return ""
     scheme, _, token = connection.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    if scheme.lower() != "bearer":
+        token = ""
+    token = token.strip() or connection.headers.get("x-api-key", "").strip()  # Anthropic's clients (issue 15)
+    if not token:
         raise APIError(
-            401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY`.", code="missing_api_key"
+            401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY` or `x-api-key: KEY`.",
+            code="missing_api_key",
         )
-    owner = hashlib.sha256(token.strip().encode()).hexdigest()
+    owner = hashlib.sha256(token.encode()).hexdigest()
     if owner not in owners:
         raise APIError(401, "Incorrect API key provided.", code="invalid_api_key")
     return owner

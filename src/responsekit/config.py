@@ -237,6 +237,9 @@ class Settings(BaseSettings):
     default_model_fallback: bool = True
     """With no engine configured and none found by probing, serve the embedded Gemma 3 270M
     in-process (the `llama` extra); `--no-default-model` turns it off."""
+    strip_billing_header: bool = True
+    """Leave Claude Code's `x-anthropic-billing-header: …` line, which changes on every request,
+    out of the system prompt sent to the engine, so its prefix cache holds (issue 15)."""
     record_dir: Path | None = None
     """Write every upstream exchange to a JSON file here, for replay in tests."""
     shutdown_timeout: float = 30.0

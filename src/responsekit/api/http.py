@@ -233,12 +233,16 @@ def dumps(value: Any) -> str:
     return json_bytes(value).decode("ascii")
 
 
-def event_stream(frames: AsyncIterator[bytes]) -> StreamingResponse:
-    return EventStreamResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+def event_stream(frames: AsyncIterator[bytes], *, heartbeat: bytes | None = None,
+                 headers: dict[str, str] | None = None) -> StreamingResponse:
+    return EventStreamResponse(frames, heartbeat=heartbeat, media_type="text/event-stream",
+                               headers={**SSE_HEADERS, **(headers or {})})
 
 
 COALESCE_LIMIT = 1 << 16
 """Bytes of frames a stream may produce ahead of a client that reads slowly."""
+HEARTBEAT_SECONDS = 10.0
+"""How long a stream with a heartbeat stays silent before one is sent."""
 
 
 class EventStreamResponse(StreamingResponse):
@@ -255,11 +259,15 @@ class EventStreamResponse(StreamingResponse):
     Starlette's own streaming response runs the body and a disconnect listener in an anyio
     task group, whose cancel scopes cost about a fifth of a streamed response's CPU time;
     here the listener is a plain task that cancels the producer.
+
+    A `heartbeat` frame (Anthropic's `ping`) is sent whenever the stream has been silent for
+    `HEARTBEAT_SECONDS` after it started, between frames; one timer a period, nothing per frame.
     """
 
-    def __init__(self, frames: AsyncIterator[bytes], **options: Any) -> None:
+    def __init__(self, frames: AsyncIterator[bytes], *, heartbeat: bytes | None = None, **options: Any) -> None:
         super().__init__(frames, **options)
         self._frames = frames
+        self._heartbeat = heartbeat
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -293,6 +301,23 @@ class EventStreamResponse(StreamingResponse):
         listener = asyncio.create_task(_disconnected(receive))
         listener.add_done_callback(lambda _: producer.cancel())
         started = False
+        sent = False
+        """Whether a body went out since the last heartbeat tick."""
+        timer: asyncio.TimerHandle | None = None
+
+        def tick() -> None:
+            nonlocal sent, timer, size
+            if finished:
+                return
+            if started and not sent and not batch and self._heartbeat is not None:
+                batch.append(self._heartbeat)
+                size += len(self._heartbeat)
+                _wake(ready)
+            sent = False
+            timer = loop.call_later(HEARTBEAT_SECONDS, tick)
+
+        if self._heartbeat is not None:
+            timer = loop.call_later(HEARTBEAT_SECONDS, tick)
         try:
             while True:
                 if not batch and not finished:
@@ -313,12 +338,15 @@ class EventStreamResponse(StreamingResponse):
                                     "headers": self.raw_headers})  # fmt: skip
                         started = True
                     await send({"type": "http.response.body", "body": body, "more_body": not last})
+                    sent = True
                 if done:
                     break
             await asyncio.wait({producer})
             if not (producer.cancelled() and listener.done()):  # unless the client left
                 producer.result()  # its exception, if it failed
         finally:
+            if timer is not None:
+                timer.cancel()
             listener.cancel()
             if not producer.done():
                 producer.cancel()
@@ -355,15 +383,42 @@ async def _disconnected(receive: Callable[[], Awaitable[dict[str, Any]]]) -> Non
         pass
 
 
+ErrorBody = Callable[[int, str], dict[str, Any]]
+"""A frontend's own error envelope: (HTTP status, message) -> body."""
+
+_error_bodies: list[tuple[tuple[str, ...], ErrorBody]] = []
+
+
+def error_envelope(*prefixes: str) -> Callable[[ErrorBody], ErrorBody]:
+    """Errors on paths under `prefixes` (before a stream starts: bad bodies, keys, unknown
+    models, 404s) are rendered by the decorated function instead of OpenAI's envelope
+    (issue 15: the Messages API answers in Anthropic's)."""
+
+    def register(body: ErrorBody) -> ErrorBody:
+        _error_bodies.append((prefixes, body))
+        return body
+
+    return register
+
+
+def _error_response(request: Request, status: int, body: dict[str, Any], headers: Any = None) -> JSONResponse:
+    path = request.url.path
+    for prefixes, render in _error_bodies:
+        if any(path == prefix or path.startswith(prefix + "/") for prefix in prefixes):
+            body = render(status, body["error"]["message"])
+            break
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return _error_response(request, exc.status, exc.body())
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         error = validation_error(exc)
-        return JSONResponse(error.body(), status_code=400)
+        return _error_response(request, 400, error.body())
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -374,7 +429,7 @@ def install_error_handlers(app: FastAPI) -> None:
         else:
             message = str(exc.detail)
         body = error_body(message, type=error_type_for_status(exc.status_code))
-        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return _error_response(request, exc.status_code, body, getattr(exc, "headers", None))
 
     @app.exception_handler(ClientDisconnected)
     async def _gone(request: Request, exc: ClientDisconnected) -> Response:
@@ -384,4 +439,4 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         body = error_body("The server had an error while processing your request.", type="server_error")
-        return JSONResponse(body, status_code=500)
+        return _error_response(request, 500, body)

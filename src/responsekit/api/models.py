@@ -14,7 +14,20 @@ health = APIRouter()
 
 @api.get("/models")
 async def list_models(request: Request, owner: Owner) -> dict[str, Any]:
-    return {"object": "list", "data": request.app.state.router.list_models()}
+    """OpenAI's list, or Anthropic's when the request carries `anthropic-version` (Claude Code's
+    gateway model discovery, issue 15)."""
+    models = request.app.state.router.list_models()
+    if "anthropic-version" in request.headers:
+        return anthropic_models(models)
+    return {"object": "list", "data": models}
+
+
+def anthropic_models(models: list[dict[str, Any]]) -> dict[str, Any]:
+    """Anthropic's `ModelInfo` page of the served models (dates unknown: the epoch, as its API allows)."""
+    data = [{"type": "model", "id": model["id"], "display_name": model["id"], "created_at": "1970-01-01T00:00:00Z",
+             "lifecycle": "active"} for model in models]  # fmt: skip
+    return {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}  # fmt: skip
 
 
 @health.get("/health")

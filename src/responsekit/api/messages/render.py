@@ -1,0 +1,288 @@
+"""Canonical events -> Anthropic's stream events, and the `Message` they fold into.
+
+The stream is Anthropic's exactly: `message_start` (with the input usage known at start),
+one block at a time — `content_block_start`, its deltas (`thinking_delta` then one
+`signature_delta`, `text_delta`, `input_json_delta` with the arguments as the engine writes
+them), `content_block_stop` — each new block at the next index, then `message_delta` (stop
+reason, usage) and `message_stop`; a failure ends it with an `error` event. A non-streaming
+answer is the fold of the same events (`message`).
+
+A thinking block's `signature` is its reasoning sealed with the server's keys (sealing.py),
+so a client that sends the block back — also with `display: "omitted"`, where the text
+is left out — gives the model its reasoning again (issue 15).
+
+Stop sequences are found here rather than by the engine, so the answer can say which one
+stopped it (`stop_sequence`); the engine's generation is closed once one is found.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ...events import (
+    Error,
+    Event,
+    Finish,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+from ...ids import new_id
+
+log = logging.getLogger(__name__)
+
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}  # fmt: skip
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error `type` for an HTTP status (unknown 4xx are invalid requests, 5xx `api_error`)."""
+    return ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+
+
+def error_envelope(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": error_type(status), "message": message}}
+
+
+def error_message(error: Error) -> str:
+    """The engine's message; a context overflow reads as Anthropic's, which clients act on
+    (Claude Code compacts its history on "prompt is too long")."""
+    if error.code == "context_length_exceeded":
+        return f"prompt is too long: {error.message}"
+    return error.message
+
+
+class MessagesRenderer:
+    def __init__(
+        self,
+        model: str,
+        *,
+        input_tokens: int,
+        seal: Callable[[str], str],
+        show_thinking: bool = True,
+        stop_sequences: list[str] | None = None,
+    ) -> None:
+        self.id = new_id("msg")
+        self.model = model
+        self.finished = False
+        self.error: Error | None = None
+        self.message: dict[str, Any] | None = None
+        """The folded `Message`, once the stream finished."""
+        self._input_tokens = input_tokens
+        self._seal = seal
+        self._show_thinking = show_thinking
+        self._stops = StopSequences(stop_sequences or [])
+        self._blocks: list[dict[str, Any]] = []
+        self._open: str | None = None
+        """The kind of the block being streamed (the last one), or None."""
+        self._thinking: list[str] = []
+        self._text_parts: list[str] = []
+        self._calls: dict[int, int] = {}
+        """Canonical call index -> its block's index."""
+        self._open_call: int | None = None
+        self._arguments: list[str] = []
+        self._usage: Usage | None = None
+        self._output_chars = 0
+        self._broken: Error | None = None
+        """Set when a call's arguments are not a JSON object: a `tool_use` block cannot hold them,
+        so the answer fails, as a Responses answer does."""
+
+    def start(self) -> list[dict[str, Any]]:
+        message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+                   "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": self._input_tokens, "output_tokens": 0,
+                             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}  # fmt: skip
+        return [{"type": "message_start", "message": message}, {"type": "ping"}]  # Anthropic pings right away
+
+    def feed(self, event: Event) -> list[dict[str, Any]]:
+        if isinstance(event, (TextDelta, RefusalDelta)):
+            return self._text_delta(event.text)
+        if isinstance(event, ReasoningDelta):
+            return self._reasoning(event.text)
+        if isinstance(event, ToolCallDelta):
+            return self._arguments_delta(event)
+        if isinstance(event, ToolCallStart):
+            out = self._flush_text() + self._close()
+            self._calls[event.index] = len(self._blocks)
+            self._open_call = event.index
+            self._arguments = []
+            return out + self._open_block("tool_use", {"type": "tool_use", "id": event.id, "name": event.name,
+                                                       "input": {}})  # fmt: skip
+        if isinstance(event, ToolCallEnd):
+            out = self._close() if self._open_call == event.index else []
+            return out + self._fail(self._broken) if self._broken is not None else out
+        if isinstance(event, Usage):
+            self._usage = event
+            return []
+        if isinstance(event, Finish):
+            return self._finish(STOP_REASONS.get(event.reason, "end_turn"), None)
+        if isinstance(event, Error):
+            return self._fail(event)
+        return []
+
+    def _fail(self, error: Error) -> list[dict[str, Any]]:
+        self.finished = True
+        self.error = error
+        return [error_envelope(error.status, error_message(error))]
+
+    # --- blocks ------------------------------------------------------------------------------
+
+    def _open_block(self, kind: str, block: dict[str, Any]) -> list[dict[str, Any]]:
+        self._open = kind
+        self._blocks.append(block)
+        return [{"type": "content_block_start", "index": len(self._blocks) - 1, "content_block": dict(block)}]
+
+    def _close(self) -> list[dict[str, Any]]:
+        """End the block being streamed (a thinking block gets its signature first)."""
+        if self._open is None:
+            return []
+        index = len(self._blocks) - 1
+        block = self._blocks[index]
+        out: list[dict[str, Any]] = []
+        if self._open == "thinking":
+            text = "".join(self._thinking)
+            block["signature"] = self._seal(text)
+            if self._show_thinking:
+                block["thinking"] = text
+            out.append({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "signature_delta", "signature": block["signature"]}})  # fmt: skip
+        elif self._open == "text":
+            block["text"] = "".join(self._text_parts)
+        elif self._open == "tool_use":
+            arguments = _input(self._arguments)
+            if arguments is None:
+                self._broken = Error("server_error", f"The model called `{block['name']}` with arguments that are "
+                                     "not a JSON object.", 502)  # fmt: skip
+            block["input"] = arguments or {}
+            self._open_call = None
+        self._open = None
+        out.append({"type": "content_block_stop", "index": index})
+        return out
+
+    def _reasoning(self, text: str) -> list[dict[str, Any]]:
+        if not text:
+            return []
+        self._output_chars += len(text)
+        out: list[dict[str, Any]] = []
+        if self._open != "thinking":
+            out += self._flush_text() + self._close()
+            self._thinking = []
+            out += self._open_block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        self._thinking.append(text)
+        if self._show_thinking:
+            out.append(self._delta({"type": "thinking_delta", "thinking": text}))
+        return out
+
+    def _text_delta(self, piece: str) -> list[dict[str, Any]]:
+        if self._stops.hit is not None:
+            return []
+        text = self._stops.feed(piece)
+        out = self._text(text)
+        if self._stops.hit is not None:
+            out += self._finish("stop_sequence", self._stops.hit)
+        return out
+
+    def _flush_text(self) -> list[dict[str, Any]]:
+        """Text held back as the possible start of a stop sequence, once something else comes."""
+        return self._text(self._stops.flush())
+
+    def _text(self, text: str) -> list[dict[str, Any]]:
+        if not text:
+            return []
+        self._output_chars += len(text)
+        out: list[dict[str, Any]] = []
+        if self._open != "text":
+            out += self._close()
+            self._text_parts = []
+            out += self._open_block("text", {"type": "text", "text": ""})
+        self._text_parts.append(text)
+        out.append(self._delta({"type": "text_delta", "text": text}))
+        return out
+
+    def _arguments_delta(self, event: ToolCallDelta) -> list[dict[str, Any]]:
+        if not event.arguments:
+            return []
+        if event.index != self._open_call:
+            # Engines stream calls one after another; Anthropic's blocks do not interleave.
+            log.warning("dropping arguments of tool call %d that came after its block ended", event.index)
+            return []
+        self._output_chars += len(event.arguments)
+        self._arguments.append(event.arguments)
+        return [self._delta({"type": "input_json_delta", "partial_json": event.arguments})]
+
+    def _delta(self, delta: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": len(self._blocks) - 1, "delta": delta}
+
+    # --- the end -----------------------------------------------------------------------------
+
+    def _finish(self, stop_reason: str, stop_sequence: str | None) -> list[dict[str, Any]]:
+        out = self._flush_text() + self._close()
+        if self._broken is not None:
+            return out + self._fail(self._broken)
+        self.finished = True
+        usage = self._final_usage()
+        out.append({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                    "usage": usage})  # fmt: skip
+        out.append({"type": "message_stop"})
+        self.message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model,
+                        "content": self._blocks, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+                        "usage": usage}  # fmt: skip
+        return out
+
+    def _final_usage(self) -> dict[str, Any]:
+        """The engine's counts; Anthropic's `input_tokens` leaves out those read from the cache.
+        A generation closed at a stop sequence has no engine count: its output is estimated."""
+        if self._usage is None:
+            return {"input_tokens": self._input_tokens, "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 0, "output_tokens": max(1, self._output_chars // 4)}  # fmt: skip
+        cached = min(self._usage.cached_tokens, self._usage.input_tokens)
+        return {"input_tokens": self._usage.input_tokens - cached, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": cached, "output_tokens": self._usage.output_tokens}  # fmt: skip
+
+
+def _input(arguments: list[str]) -> dict[str, Any] | None:
+    """A call's arguments as the `input` object of its block; None when they are not one."""
+    text = "".join(arguments)
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class StopSequences:
+    """Finds the first stop sequence in streamed text, holding back what may be the start of one."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self._stops = stops
+        self._pending = ""
+        self.hit: str | None = None
+
+    def feed(self, text: str) -> str:
+        """The text that is surely before any stop sequence."""
+        if not self._stops:
+            return text
+        pending = self._pending + text
+        found = [(position, stop) for stop in self._stops if (position := pending.find(stop)) >= 0]
+        if found:
+            position, self.hit = min(found, key=lambda pair: pair[0])
+            self._pending = ""
+            return pending[:position]
+        hold = max((k for stop in self._stops for k in range(1, len(stop)) if pending.endswith(stop[:k])), default=0)
+        self._pending = pending[len(pending) - hold :] if hold else ""
+        return pending[: len(pending) - hold]
+
+    def flush(self) -> str:
+        pending, self._pending = self._pending, ""
+        return pending

@@ -1,0 +1,348 @@
+"""`POST /v1/messages` body (Anthropic's Messages API) -> the canonical conversation.
+
+Top-level parameters are validated (a bad one is a 400); `messages` is a replayed history,
+so an odd message or block in it is skipped with a warning rather than refused (issue 15).
+Thinking blocks come back with the `signature` this server sealed them with: opened, their
+reasoning reaches the model again; a signature that does not open (another server's,
+tampered) leaves the block out.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...conversation import (
+    FunctionTool,
+    GenerationRequest,
+    ImagePart,
+    Message,
+    NamedToolChoice,
+    Part,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+)
+from ...errors import APIError
+from ...files.extract import ExtractionError, extract_text
+from ...sealing import Sealer
+
+log = logging.getLogger(__name__)
+
+BILLING_HEADER = "x-anthropic-billing-header:"
+"""The line Claude Code puts first in its system prompt; it changes on every request (issue 15)."""
+
+
+class MessageParams(BaseModel):
+    """What `/v1/messages` and `/v1/messages/count_tokens` share."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[Any] = Field(min_length=1)
+    system: str | list[Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
+    context_management: dict[str, Any] | None = None
+
+
+class CreateMessage(MessageParams):
+    max_tokens: int = Field(ge=1)
+    """Required, as Anthropic's API has it; above what the engine's context leaves, clamped by the route."""
+    stream: bool = False
+    temperature: float | None = Field(default=None, ge=0, le=1)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    """Accepted; the canonical request has no top-k (engines keep their own)."""
+    stop_sequences: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Translation:
+    generation: GenerationRequest
+    show_thinking: bool
+    """False for `thinking.display = "omitted"`: thinking blocks carry only their signature."""
+    stop_sequences: list[str]
+    """Applied by the renderer, which can then say which one stopped the answer."""
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Warn once per process about a parameter every request of a client carries (Claude Code's
+    `context_management`): a line a turn would drown the log."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
+def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool = True) -> Translation:
+    tools = _tools(body.tools or [])
+    system = _system(body.system)
+    messages: list[Message] = []
+    for position, message in enumerate(body.messages):
+        translated = _message(message, sealer, system)
+        if translated is None:
+            log.warning("skipping message %d: %s", position, str(message)[:120])
+        messages += translated or []
+    if strip_billing_header and system:
+        system[0] = _without_billing_header(system[0])
+    system = [text for text in system if text]
+    if system:
+        messages.insert(0, Message("system", [TextPart("\n".join(system))]))
+    if not any(message.role != "system" for message in messages):
+        raise APIError(400, "No usable message in `messages`.", param="messages", code="invalid_value")
+    if body.context_management:
+        _warn_once("context_management is accepted and ignored: the history is sent to the engine as given")
+    choice, parallel = _tool_choice(body.tool_choice, tools)
+    effort, show = _thinking(body.thinking, body.output_config)
+    generation = GenerationRequest(model=body.model, messages=messages, tools=tools, tool_choice=choice,
+                                   parallel_tool_calls=parallel, reasoning_effort=effort)  # fmt: skip
+    stops: list[str] = []
+    if isinstance(body, CreateMessage):
+        generation.max_output_tokens = body.max_tokens
+        generation.temperature = body.temperature
+        generation.top_p = body.top_p
+        stops = [stop for stop in body.stop_sequences or () if stop]
+    return Translation(generation, show, stops)
+
+
+def _without_billing_header(text: str) -> str:
+    """The system prompt without Claude Code's billing line, so the engine's prefix cache holds."""
+    if not text.startswith(BILLING_HEADER):
+        return text
+    _, _, rest = text.partition("\n")
+    return rest
+
+
+def _system(system: str | list[Any] | None) -> list[str]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [system]
+    texts = []
+    for position, block in enumerate(system):
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])  # cache_control is accepted and ignored
+        else:
+            raise APIError(400, "`system` must be a string or a list of text blocks.", param=f"system.{position}",
+                           code="invalid_value")  # fmt: skip
+    return texts
+
+
+def _tools(tools: list[Any]) -> list[FunctionTool]:
+    """Client tools as functions. Server tools (`web_search_*`, `code_execution_*`, Anthropic-defined
+    `bash_*`/`text_editor_*`…) have no schema here and nobody to run them: left out with a warning.
+    `defer_loading` tools are offered plainly, like the others (no tool search is run here)."""
+    functions = []
+    for position, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise APIError(400, "Each tool must be an object.", param=f"tools.{position}", code="invalid_value")
+        if tool.get("type") not in (None, "custom"):
+            log.warning("leaving out server tool %r (%s): this server does not run it", tool.get("name"), tool["type"])
+            continue
+        name, schema = tool.get("name"), tool.get("input_schema")
+        if not isinstance(name, str) or not name or not isinstance(schema, dict):
+            raise APIError(400, "Each tool needs a `name` and an `input_schema` object.", param=f"tools.{position}",
+                           code="invalid_value")  # fmt: skip
+        description = tool.get("description")
+        strict = tool.get("strict")
+        functions.append(FunctionTool(name, description if isinstance(description, str) else None, schema,
+                                      strict if isinstance(strict, bool) else None))  # fmt: skip
+    return functions
+
+
+def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool]) -> tuple[ToolChoice, bool | None]:
+    if choice is None:
+        return "auto", None
+    kind = choice.get("type")
+    parallel = False if choice.get("disable_parallel_tool_use") is True else None
+    if kind == "auto":
+        return "auto", parallel
+    if kind == "any":
+        return "required", parallel
+    if kind == "none":
+        return "none", None
+    if kind == "tool":
+        name = choice.get("name")
+        if any(tool.name == name for tool in tools):
+            return NamedToolChoice(str(name)), parallel
+        raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice",
+                       code="invalid_value")  # fmt: skip
+    raise APIError(400, f"Invalid tool_choice type: {kind!r}.", param="tool_choice", code="invalid_value")
+
+
+def _thinking(thinking: dict[str, Any] | None, output: dict[str, Any] | None) -> tuple[str | None, bool]:
+    """`thinking` (and `output_config.effort`) as the engine's reasoning effort, and whether to show it.
+
+    `disabled` is effort `none`; `enabled` maps its budget (up to 4k tokens low, 16k medium,
+    more high); `adaptive` and no `thinking` leave the engine's default. `output_config.effort`
+    names the effort itself. Any `display` but `omitted` shows the text (Claude Code sends
+    values newer than the SDK's, such as `updates`).
+    """
+    effort: str | None = None
+    show = True
+    if thinking is not None:
+        kind = thinking.get("type")
+        if kind == "disabled":
+            effort = "none"
+        elif kind == "enabled":
+            budget = thinking.get("budget_tokens")
+            if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+                raise APIError(400, "thinking.budget_tokens must be a positive integer.",
+                               param="thinking.budget_tokens", code="invalid_value")  # fmt: skip
+            effort = "low" if budget <= 4096 else "medium" if budget <= 16384 else "high"
+        elif kind not in ("adaptive", "between_tools"):
+            raise APIError(400, f"Invalid thinking type: {kind!r}.", param="thinking.type", code="invalid_value")
+        show = thinking.get("display") != "omitted"
+    requested = (output or {}).get("effort")
+    if requested in ("low", "medium", "high", "xhigh", "max") and effort != "none":
+        effort = requested
+    return effort, show
+
+
+# --- the history -------------------------------------------------------------------------
+
+
+def _message(message: Any, sealer: Sealer, system: list[str]) -> list[Message] | None:
+    """One Anthropic message as canonical messages (a user turn's tool results become `tool`
+    messages); None when nothing of it is usable. System text joins `system`."""
+    if not isinstance(message, dict):
+        return None
+    role, content = message.get("role"), message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        return None
+    if role in ("system", "developer"):  # newer Claude Code versions send these (issue 15)
+        parts = _parts(content, "system")
+        system.append("".join(part.text for part in parts if isinstance(part, TextPart)))
+        return []
+    if role == "user":
+        return _user(content)
+    if role == "assistant":
+        return [_assistant(content, sealer)]
+    return None
+
+
+def _user(blocks: list[Any]) -> list[Message]:
+    """Tool results as `tool` messages, the other blocks as user messages between them, in order."""
+    out: list[Message] = []
+    parts: list[Part] = []
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            result = _tool_result(block)
+            if result is not None:
+                if parts:
+                    out.append(Message("user", parts))
+                    parts = []
+                out.append(result)
+            continue
+        parts += _parts([block], "user")
+    if parts:
+        out.append(Message("user", parts))
+    return out
+
+
+def _tool_result(block: dict[str, Any]) -> Message | None:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        log.warning("skipping a tool_result without tool_use_id")
+        return None
+    content = block.get("content")
+    parts = _parts([{"type": "text", "text": content}] if isinstance(content, str) else content or [], "tool_result")
+    if block.get("is_error") is True:  # the canonical result has no error flag: the model reads it
+        parts.insert(0, TextPart("Error: "))
+    return Message("tool", parts, tool_call_id=call_id)
+
+
+def _assistant(blocks: list[Any], sealer: Sealer) -> Message:
+    parts: list[Part] = []
+    reasoning: list[str] = []
+    calls: list[ToolCall] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append(TextPart(block["text"]))
+        elif kind in ("thinking", "redacted_thinking"):
+            # The signature (`data` of a redacted block) holds the text sealed: with display
+            # `omitted` the block's own text is empty. One that does not open is left out.
+            sealed = block.get("signature" if kind == "thinking" else "data")
+            text = sealer.open("reasoning", sealed) if isinstance(sealed, str) and sealed else None
+            if text is None:
+                log.warning("skipping a %s block whose signature is not this server's", kind)
+            elif text:
+                reasoning.append(text)
+        elif kind == "tool_use" and isinstance(block.get("name"), str) and isinstance(block.get("id"), str):
+            arguments = block.get("input", {})
+            calls.append(ToolCall(block["id"], block["name"],
+                                  arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)))  # fmt: skip
+        else:
+            log.warning("skipping an assistant block of type %r", kind)
+    return Message("assistant", parts, "".join(reasoning) or None, calls)
+
+
+def _parts(blocks: Any, where: str) -> list[Part]:
+    """Text, images and documents; anything else is skipped with a warning."""
+    parts: list[Part] = []
+    for block in blocks if isinstance(blocks, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append(TextPart(block["text"]))
+        elif kind == "image" and (url := _image_url(block.get("source"))):
+            parts.append(ImagePart(url))
+        elif kind == "document" and (text := _document_text(block)) is not None:
+            parts.append(TextPart(text))
+        elif kind == "search_result" and isinstance(block.get("content"), list):
+            parts += _parts(block["content"], where)
+        else:
+            log.warning("skipping a %s block of type %r", where, kind)
+    return parts
+
+
+def _image_url(source: Any) -> str | None:
+    if not isinstance(source, dict):
+        return None
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        return f"data:{source.get('media_type') or 'image/png'};base64,{source['data']}"
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return source["url"]  # passed to the engine as given, never fetched here (outbound.py)
+    return None
+
+
+def _document_text(block: dict[str, Any]) -> str | None:
+    """A document's text: plain text as given, a PDF's text extracted (pypdf, as uploaded files),
+    content blocks joined. URL and file sources are not fetched: None."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return None
+    kind = source.get("type")
+    text: str | None = None
+    if kind == "text" and isinstance(source.get("data"), str):
+        text = source["data"]
+    elif kind == "content":
+        content = source.get("content")
+        if isinstance(content, str):
+            text = content
+        else:
+            text = "".join(part.text for part in _parts(content, "document") if isinstance(part, TextPart))
+    elif kind == "base64" and source.get("media_type") == "application/pdf" and isinstance(source.get("data"), str):
+        try:
+            text = extract_text("document.pdf", base64.b64decode(source["data"], validate=True))
+        except (binascii.Error, ValueError, ExtractionError) as exc:
+            log.warning("skipping a PDF document that cannot be read: %s", exc)
+            return None
+    if text is None:
+        return None
+    title = block.get("title")
+    return f"{title}\n\n{text}" if isinstance(title, str) and title else text

@@ -1,0 +1,138 @@
+"""`POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's Messages API, stateless,
+rendered from the same canonical stream as the other frontends (issue 15).
+
+Claude Code given `ANTHROPIC_BASE_URL=http://host:8400/v1` asks for `/v1/v1/messages`, so the
+routes answer under a doubled `/v1` too. `?beta=true`, `anthropic-version` and `anthropic-beta`
+are accepted and change nothing; the key comes as `x-api-key` or `Authorization: Bearer`.
+Errors before the stream are HTTP errors in Anthropic's envelope; in it, an `error` event.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from ...auth import authorize
+from ...backends import Backend
+from ...backends.llama_cpp import LlamaCppBackend
+from ...conversation import GenerationRequest
+from ..http import (
+    JSONResponse,
+    PlainRoute,
+    drain,
+    error_envelope,
+    event_stream,
+    json_body,
+    plain_post,
+    read_body,
+    rendered,
+    sse_event,
+    unless_disconnected,
+)
+from ..models import list_models
+from .render import MessagesRenderer, error_message
+from .render import error_envelope as anthropic_error
+from .request import CreateMessage, MessageParams, translate
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+PING = sse_event({"type": "ping"})
+CLAMPED_HEADER = "x-responsekit-max-tokens-clamped"
+"""Set (to the limit used) when `max_tokens` was more than the engine's context leaves."""
+
+
+@error_envelope("/v1/messages", "/messages", "/v1/v1/messages")
+def _anthropic_error(status: int, message: str) -> dict[str, Any]:
+    return anthropic_error(status, message)
+
+
+@plain_post(router, "/messages", CreateMessage)
+async def create_message(request: Request) -> Response:
+    authorize(request)
+    body = await read_body(request, CreateMessage)
+    state = request.app.state
+    sealer = state.orchestrator.sealer
+    translation = translate(body, sealer, strip_billing_header=state.settings.strip_billing_header)
+    generation = translation.generation
+    upstream, generation.model = await state.router.resolve(body.model)
+    input_tokens, clamped = await _input_tokens(upstream, generation)
+    renderer = MessagesRenderer(body.model, input_tokens=input_tokens, seal=lambda text: sealer.seal("reasoning", text),
+                                show_thinking=translation.show_thinking,
+                                stop_sequences=translation.stop_sequences)  # fmt: skip
+    headers = {CLAMPED_HEADER: str(clamped)} if clamped is not None else {}
+    events = upstream.generate(generation)
+    if body.stream:
+        return event_stream(_frames(rendered(renderer, events)), heartbeat=PING, headers=headers)
+    await unless_disconnected(request, drain(renderer, events))
+    if renderer.error is not None:
+        error = renderer.error
+        return JSONResponse(anthropic_error(error.status, error_message(error)), status_code=error.status)
+    return JSONResponse(renderer.message, headers=headers)
+
+
+# Claude Code with a base URL ending in /v1 doubles it (issue 15).
+router.add_api_route("/v1/messages", create_message, methods=["POST"], include_in_schema=False,
+                     route_class_override=PlainRoute)  # fmt: skip
+
+
+@router.post("/messages/count_tokens", openapi_extra=json_body(MessageParams))
+@router.post("/v1/messages/count_tokens", include_in_schema=False)
+async def count_tokens(request: Request) -> dict[str, Any]:
+    """Exact where the engine tokenizes (in-process models, llama.cpp, vLLM, SGLang: Claude Code
+    compacts its history by this count), else an estimate marked `estimated`."""
+    authorize(request)
+    body = await read_body(request, MessageParams)
+    translation = translate(body, request.app.state.orchestrator.sealer,
+                            strip_billing_header=request.app.state.settings.strip_billing_header)  # fmt: skip
+    upstream, translation.generation.model = await request.app.state.router.resolve(body.model)
+    count, exact = await upstream.count_tokens(translation.generation)
+    return {"input_tokens": count} if exact else {"input_tokens": count, "estimated": True}
+
+
+@router.get("/v1/models", include_in_schema=False)
+async def list_models_doubled(request: Request) -> dict[str, Any]:
+    """`/v1/models` under a doubled `/v1`, for Claude Code's model discovery (this router comes
+    after the models API's, whose `/v1/models` answers first)."""
+    return await list_models(request, authorize(request))
+
+
+async def _input_tokens(upstream: Backend, generation: GenerationRequest) -> tuple[int, int | None]:
+    """The prompt's tokens for `message_start`, and the clamped `max_tokens` if it had to be.
+
+    An in-process model counts exactly and cheaply, and knows its context: a `max_tokens`
+    above what the context leaves (Claude Code asks 32k-64k) is clamped, and said so in a
+    header and the log, never refused. Other engines would need a request to count: the count
+    is estimated here (`message_delta` then carries the engine's own), and `max_tokens` goes
+    to the engine as asked.
+    """
+    if isinstance(upstream, LlamaCppBackend):
+        count, _ = await upstream.count_tokens(generation)
+        room = upstream.config.context - count
+        wanted = generation.max_output_tokens
+        if wanted is not None and room > 0 and wanted > room:
+            log.info("max_tokens %d is more than the %d tokens model %s has left after the prompt: clamped",
+                     wanted, room, generation.model)  # fmt: skip
+            generation.max_output_tokens = room
+            return count, room
+        return count, None
+    return _estimate(generation), None
+
+
+def _estimate(generation: GenerationRequest) -> int:
+    """About four characters a token, over everything the prompt holds."""
+    characters = sum(len(m.text()) + len(m.reasoning or "") + sum(len(c.arguments) + len(c.name) for c in m.tool_calls)
+                     for m in generation.messages)  # fmt: skip
+    characters += sum(len(t.name) + len(t.description or "") + len(str(t.parameters or "")) for t in generation.tools)
+    return max(1, characters // 4)
+
+
+async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for event in events:
+        yield sse_event(event)
+
