@@ -280,6 +280,8 @@ def test_the_request_reaches_the_engine_translated(server):
         {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True,
              "content": [{"type": "text", "text": "timeout"}]},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "tool_reference",
+                                                                          "tool_name": "later"}]},
             {"type": "text", "text": "and now?"}]},
         {"role": "system", "content": "Be brief."},
     ]  # fmt: skip
@@ -303,7 +305,8 @@ def test_the_request_reaches_the_engine_translated(server):
     assert sent["messages"][2] == {"role": "assistant", "content": "calling", "tool_calls": [
         {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]}
     assert sent["messages"][3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: timeout"}
-    assert sent["messages"][4] == {"role": "user", "content": "and now?"}
+    assert sent["messages"][4] == {"role": "tool", "tool_call_id": "toolu_2", "content": "Tool loaded: later"}
+    assert sent["messages"][5] == {"role": "user", "content": "and now?"}
     assert [tool["function"]["name"] for tool in sent["tools"]] == ["get_weather", "later"], "server tools left out"
     assert sent["tool_choice"] == "required" and sent["parallel_tool_calls"] is False
     assert sent["temperature"] == 0.2 and sent["top_p"] == 0.9 and sent["max_tokens"] == 321

@@ -86,8 +86,6 @@ class MessagesRenderer:
         """The kind of the block being streamed (the last one), or None."""
         self._thinking: list[str] = []
         self._text_parts: list[str] = []
-        self._calls: dict[int, int] = {}
-        """Canonical call index -> its block's index."""
         self._open_call: int | None = None
         self._arguments: list[str] = []
         self._usage: Usage | None = None
@@ -112,7 +110,6 @@ class MessagesRenderer:
             return self._arguments_delta(event)
         if isinstance(event, ToolCallStart):
             out = self._flush_text() + self._close()
-            self._calls[event.index] = len(self._blocks)
             self._open_call = event.index
             self._arguments = []
             return out + self._open_block("tool_use", {"type": "tool_use", "id": event.id, "name": event.name,

@@ -305,6 +305,9 @@ def _parts(blocks: Any, where: str) -> list[Part]:
             parts.append(TextPart(text))
         elif kind == "search_result" and isinstance(block.get("content"), list):
             parts += _parts(block["content"], where)
+        elif kind == "tool_reference" and isinstance(block.get("tool_name"), str):
+            # What Claude Code's ToolSearch answers: deferred tools are offered from the start here.
+            parts.append(TextPart(f"Tool loaded: {block['tool_name']}"))
         else:
             log.warning("skipping a %s block of type %r", where, kind)
     return parts
