@@ -218,7 +218,7 @@ def connect_claude(
     existing = settings_path.read_text() if settings_path.exists() else ""
     try:
         document = claude_setup.settings_document(existing, env)
-    except ValueError as exc:  # json.JSONDecodeError included
+    except (ValueError, TypeError) as exc:  # not JSON, or not the shape settings.json has
         raise typer.BadParameter(f"{settings_path}: {exc}") from None
     claude_home.mkdir(parents=True, exist_ok=True)
     settings_path.write_text(document)

@@ -23,6 +23,7 @@ import json
 import shlex
 from typing import Any
 
+
 def root_url(url: str) -> str:
     """The server's root: Claude Code adds `/v1/messages` to the base URL it is given."""
     return url.rstrip("/").removesuffix("/v1")
@@ -44,10 +45,10 @@ def settings_document(existing: str, env: dict[str, str]) -> str:
     """`settings.json` with `env` merged in: other settings and other variables are kept."""
     settings: dict[str, Any] = json.loads(existing) if existing.strip() else {}
     if not isinstance(settings, dict):
-        raise ValueError("settings.json does not hold a JSON object")
+        raise TypeError("settings.json does not hold a JSON object")
     current = settings.get("env")
     if current is not None and not isinstance(current, dict):
-        raise ValueError('the "env" of settings.json is not a JSON object')
+        raise TypeError('the "env" of settings.json is not a JSON object')
     settings["env"] = {**(current or {}), **env}
     return json.dumps(settings, indent=2) + "\n"
 
