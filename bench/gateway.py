@@ -3,7 +3,7 @@
 `bench/fake_engine.py` runs in its own process and streams N-token chat answers. The same
 load — C keep-alive connections each sending the next request as soon as its answer is
 complete, streaming and not, at C = 1, 8 and 64 — goes to the engine directly, through
-ResponseKit's `/v1/responses` (store false and true) and `/v1/chat/completions`, and,
+ResponseKit's `/v1/responses` (store false and true), `/v1/chat/completions` and `/v1/messages`, and,
 when they are installed in `bench/.peers/` (`make bench-peers`), through LiteLLM's proxy
 (`/v1/responses` in `use_chat_completions_api` bridge mode) and llama-stack's
 `/v1/responses`. All run at once and the targets take turns cell by cell, so a change in
@@ -196,6 +196,13 @@ def responses_target(port: int, model: str, headers: dict[str, str] | None = Non
                   headers or {})  # fmt: skip
 
 
+def messages_target(port: int, model: str) -> Target:
+    """Anthropic's Messages API (issue 15), as Claude Code calls it: `max_tokens` is required."""
+    return Target("127.0.0.1", port, "/v1/messages",
+                  {"model": model, "max_tokens": 1024, "messages": [{"role": "user", "content": PROMPT}]},
+                  {"anthropic-version": "2023-06-01"})  # fmt: skip
+
+
 def chat_target(port: int, model: str) -> Target:
     return Target("127.0.0.1", port, "/v1/chat/completions",
                   {"model": model, "messages": [{"role": "user", "content": PROMPT}]})  # fmt: skip
@@ -308,6 +315,7 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
         Gateway("ResponseKit /v1/responses store", responses_target(port, MODEL, store=True), b"response.completed",
                 rk.pid),
         Gateway("ResponseKit /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", rk.pid),
+        Gateway("ResponseKit /v1/messages", messages_target(port, MODEL), b"message_stop", rk.pid, hold),
     ]  # fmt: skip
     if not peers:
         return gateways

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.logging import RichHandler
 
 from . import connect as codex_setup
+from . import connect_claude as claude_setup
 from .app import create_app
 from .config import load_settings, parse_pairs, parse_upstream
 from .sealing import rotate_keys
@@ -182,6 +183,46 @@ def connect_codex(
         catalog_path.write_text(json.dumps(catalog, indent=1))
     config_path.write_text(config)
     typer.echo(f"wrote {config_path}" + (f" and {catalog_path}" if catalog_path else ""))
+
+
+@connect.command("claude")
+def connect_claude(
+    url: Annotated[str, typer.Option(help="ResponseKit's base URL (with or without /v1).")] = "http://127.0.0.1:8400",
+    model: Annotated[str | None, typer.Option(help="Claude Code's model (default: the first served).")] = None,
+    small_model: Annotated[
+        str | None, typer.Option(help="The model for the haiku alias and background requests (default: --model).")
+    ] = None,
+    api_key: Annotated[
+        str, typer.Option(help="The API key Claude Code sends (any value when the server takes no keys).")
+    ] = "unused",
+    claude_home: Annotated[
+        Path, typer.Option(envvar="CLAUDE_CONFIG_DIR", help="Claude Code's home, where --write merges settings.json.")
+    ] = Path.home() / ".claude",
+    shell: Annotated[bool, typer.Option("--shell", help="Print `export` lines instead of settings.json's env.")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Merge the env into settings.json instead of printing.")] = False,
+) -> None:
+    """The environment (settings.json `env`) that points Claude Code at ResponseKit's models."""
+    root = claude_setup.root_url(url)
+    try:
+        models = codex_setup.served_models(f"{root}/v1", api_key)
+    except Exception as exc:  # noqa: BLE001
+        raise typer.BadParameter(f"cannot list the models of {root}/v1: {exc}") from None
+    if not models:
+        raise typer.BadParameter(f"{root}/v1 serves no model yet")
+    chosen = model or models[0]
+    env = claude_setup.claude_env(root, api_key, chosen, small_model or chosen)
+    if not write:
+        typer.echo(claude_setup.shell_exports(env) if shell else json.dumps({"env": env}, indent=2))
+        return
+    settings_path = claude_home / "settings.json"
+    existing = settings_path.read_text() if settings_path.exists() else ""
+    try:
+        document = claude_setup.settings_document(existing, env)
+    except (ValueError, TypeError) as exc:  # not JSON, or not the shape settings.json has
+        raise typer.BadParameter(f"{settings_path}: {exc}") from None
+    claude_home.mkdir(parents=True, exist_ok=True)
+    settings_path.write_text(document)
+    typer.echo(f"wrote {settings_path}")
 
 
 keys = typer.Typer(no_args_is_help=True, help="Keys that seal reasoning and compaction blobs.")
