@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
-from . import __version__
+from . import __version__, logs
 from .api import conversations, models
 from .api import files as files_api
 from .api import vector_stores as vector_stores_api
@@ -16,6 +17,7 @@ from .api.auth import key_hash
 from .api.chat import routes as chat
 from .api.http import JSONResponse, install_error_handlers
 from .api.messages import routes as messages
+from .api.request_ids import RequestIds
 from .api.responses import render, websocket
 from .api.responses import routes as responses
 from .backends.router import ModelRouter
@@ -31,12 +33,21 @@ from .store import Store
 log = logging.getLogger(__name__)
 
 
+class Gateway(FastAPI):
+    """FastAPI with `RequestIds` outermost: around Starlette's error middleware, which answers
+    a bug's 500 itself (user middleware sits inside it), so that answer carries its id too."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestIds(super().build_middleware_stack())
+
+
 def create_app(settings: Settings) -> FastAPI:
     if settings.log_level.lower() != "debug":
         # httpx logs every upstream request at INFO: a line per request is noise, and costs
         # a tenth of a streamed response's CPU time.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    _plain_access_log()
+    logs.install_record_factory()
+    logs.plain_access_log()
     recorder = Recorder(settings.record_dir) if settings.record_dir else None
     router = ModelRouter(settings, recorder)
 
@@ -67,7 +78,7 @@ def create_app(settings: Settings) -> FastAPI:
             await app.state.vector_stores.close()
             await store.close()
 
-    app = FastAPI(title="ResponseKit", version=__version__, lifespan=lifespan, default_response_class=JSONResponse)
+    app = Gateway(title="ResponseKit", version=__version__, lifespan=lifespan, default_response_class=JSONResponse)
     app.state.settings = settings
     app.state.router = router
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
@@ -83,19 +94,3 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     return app
 
-
-def _plain_access_log() -> None:
-    """uvicorn's access lines, one per request, written by a plain handler of their own.
-
-    When they go to the root logger's Rich handler (`responsekit serve`), each is laid out
-    as a table: about a millisecond apiece, which was a third of a streamed response's CPU
-    time and a millisecond before its first token. An access logger that uvicorn's own
-    configuration gave a handler is left as it is.
-    """
-    access = logging.getLogger("uvicorn.access")
-    if access.handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-8s %(message)s", "[%x %X]"))
-    access.addHandler(handler)
-    access.propagate = False

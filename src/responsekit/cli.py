@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Annotated
@@ -12,10 +11,10 @@ from typing import Annotated
 import typer
 import uvicorn
 from pydantic import ValidationError
-from rich.logging import RichHandler
 
 from . import connect as codex_setup
 from . import connect_claude as claude_setup
+from . import logs
 from .app import create_app
 from .config import load_settings, parse_pairs, parse_upstream
 from .sealing import rotate_keys
@@ -73,6 +72,10 @@ def serve(
         float | None, typer.Option(help="On SIGTERM, seconds in-flight streams get to finish (default: 30).", show_default=False)
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error (default: info).", show_default=False)] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(help="text, or json: one JSON object per log line, with request ids (default: text).", show_default=False),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="A TOML settings file (default: $RESPONSEKIT_CONFIG).", show_default=False)
     ] = None,
@@ -112,12 +115,12 @@ def serve(
             record_dir=record,
             shutdown_timeout=shutdown_timeout,
             log_level=log_level,
+            log_format=log_format,
             models=local,
         )
     except (ValidationError, ValueError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from None
-    level = settings.log_level.upper()
-    logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)], force=True)
+    logs.configure(settings.log_level, settings.log_format)
     application = create_app(settings)
     # What is loaded by now (modules, classes, the app: ~130k objects) stays for the process's
     # life: left out of garbage collection. Under load, requests in flight push the collector
@@ -131,6 +134,7 @@ def serve(
         port=settings.port,
         log_level=settings.log_level.lower(),
         log_config=None,
+        access_log=False,  # the app writes its own, after the answer, with its duration (logs.py)
         timeout_graceful_shutdown=settings.shutdown_timeout,
     )
 

@@ -245,6 +245,9 @@ class Settings(BaseSettings):
     shutdown_timeout: float = 30.0
     """On SIGTERM, seconds to let in-flight streams finish."""
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+    """`json`: one JSON object per log line (level, time, request id, route, model, status,
+    duration), for log collectors (issue 16)."""
     max_file_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
     """The largest upload `/v1/files` accepts (OpenAI's limit is 512 MB)."""
     files_dir: Path | None = None

@@ -38,6 +38,7 @@ from .files.service import VectorStores
 from .history import translate_items
 from .ids import new_id
 from .items import normalize_items
+from .logs import request_id
 from .outbound import UrlPolicy
 from .rendering import rendered
 from .runs import TERMINAL, ResponseRendering, Run, Runs
@@ -369,14 +370,18 @@ class Orchestrator:
     async def _persist(self, prepared: Prepared) -> None:
         conversation = prepared.request.conversation_id
         if prepared.request.store:
-            await self.store.save_response(prepared.owner, prepared.response, prepared.inputs, conversation)
+            await self.store.save_response(
+                prepared.owner, prepared.response, prepared.inputs, conversation, request_id=request_id()
+            )
         elif conversation:
             await self.store.add_conversation_items(conversation, prepared.inputs + prepared.response["output"])
 
     # --- in the background --------------------------------------------------------------
 
     async def start_background(self, prepared: Prepared) -> Run:
-        await self.store.start_response(prepared.owner, prepared.response, prepared.inputs, self.runs.lease_until())
+        await self.store.start_response(
+            prepared.owner, prepared.response, prepared.inputs, self.runs.lease_until(), request_id=request_id()
+        )
         return self.runs.launch(prepared.response["id"], lambda run: self._run(prepared, run))
 
     async def _run(self, prepared: Prepared, run: Run) -> None:

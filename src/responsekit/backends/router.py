@@ -13,6 +13,7 @@ import httpx
 from .. import default_model
 from ..config import LocalModel, Settings, UpstreamConfig
 from ..errors import APIError
+from ..logs import note_model
 from ..record import Recorder
 from . import Backend
 from .chat_upstream import ChatUpstream
@@ -142,6 +143,7 @@ class ModelRouter:
 
     async def resolve(self, model: str) -> tuple[Backend, str]:
         """The backend and its own model name for what a client asked for."""
+        note_model(model)
         found = self._lookup(model)
         if found is None and time.monotonic() - self._refreshed_at > REFRESH_INTERVAL:
             await self.refresh()

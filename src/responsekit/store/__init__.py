@@ -77,21 +77,26 @@ class Store:
     # --- responses --------------------------------------------------------------------
 
     async def save_response(
-        self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], conversation_id: str | None = None
+        self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], conversation_id: str | None = None,
+        request_id: str | None = None,
     ) -> None:
-        """A finished response, its input and output items (and the conversation's new items): all or nothing."""
+        """A finished response, its input and output items (and the conversation's new items): all or nothing.
+
+        `request_id` is the `x-request-id` of the request that created it (`request_id()`).
+        """
         async with self.database.transaction() as db:
-            await self._insert_response(db, owner, response, inputs, lease_until=None)
+            await self._insert_response(db, owner, response, inputs, lease_until=None, request_id=request_id)
             await self._insert_outputs(db, response, offset=len(inputs))
             if conversation_id:
                 await self._append_conversation(db, conversation_id, inputs + response["output"])
 
     async def start_response(
-        self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int
+        self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int,
+        request_id: str | None = None,
     ) -> None:
         """A background response before it runs: queued, with its inputs."""
         async with self.database.transaction() as db:
-            await self._insert_response(db, owner, response, inputs, lease_until=lease_until)
+            await self._insert_response(db, owner, response, inputs, lease_until=lease_until, request_id=request_id)
 
     async def update_response(self, response: dict[str, Any]) -> None:
         await self.database.execute(
@@ -129,14 +134,15 @@ class Store:
         return True
 
     async def _insert_response(
-        self, db: Connection, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int | None
+        self, db: Connection, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int | None,
+        request_id: str | None,
     ) -> None:
         conversation = response.get("conversation") or {}
         await db.execute(
             "INSERT INTO responses (id, owner, created_at, status, background, previous_response_id, "
-            "conversation_id, body, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "conversation_id, body, lease_until, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             response["id"], owner, response["created_at"], response["status"], bool(response.get("background")),
-            response.get("previous_response_id"), conversation.get("id"), _dumps(response), lease_until,
+            response.get("previous_response_id"), conversation.get("id"), _dumps(response), lease_until, request_id,
         )  # fmt: skip
         await _insert_items(db, response["id"], inputs, offset=0, output=False)
 
@@ -148,6 +154,14 @@ class Store:
             "SELECT body FROM responses WHERE id = ? AND owner = ?", response_id, owner
         )
         return json.loads(row[0]) if row else None
+
+    async def request_id(self, owner: str, response_id: str) -> str | None:
+        """The `x-request-id` of the request that created this response (None: unknown response, or
+        stored before ids were kept). Not in the Response object, whose keys are OpenAI's."""
+        row = await self.database.fetchrow(
+            "SELECT request_id FROM responses WHERE id = ? AND owner = ?", response_id, owner
+        )
+        return row[0] if row else None
 
     async def delete_response(self, owner: str, response_id: str) -> bool:
         async with self.database.transaction() as db:

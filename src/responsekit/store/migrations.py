@@ -98,6 +98,9 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX vector_store_files_by_file ON vector_store_files (file_id)",
         "CREATE INDEX vector_store_files_by_batch ON vector_store_files (batch_id)",
     ],
+    [  # 3: the id of the request that created a response (`x-request-id`, issue 16)
+        "ALTER TABLE responses ADD COLUMN request_id TEXT",
+    ],
 ]
 
 
