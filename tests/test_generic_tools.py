@@ -110,6 +110,15 @@ def valid_calls(response: dict[str, Any], tools: dict[str, dict[str, Any]]) -> l
 # --- when the protocol applies, and what the prompt says --------------------------------
 
 
+def test_a_name_suggested_format_is_not_used_for_a_template_without_tool_syntax() -> None:
+    # gemma-3 suggests `pythonic`, but this template writes no calls: answers are text, and calls
+    # come only through the generic protocol.
+    prompting = ModelPrompting("gemma-3-270m", ChatTemplate(GEMMA3))
+    assert prompting.generic_tools and prompting.format is None and prompting.parser is None
+    configured = ModelPrompting("gemma-3-270m", ChatTemplate(GEMMA3), parser="pythonic")
+    assert configured.format == "pythonic" and not configured.generic_tools
+
+
 def test_templates_without_tool_syntax_take_the_generic_protocol() -> None:
     def applies(name: str, parser: str | None = None) -> bool:
         return generic_tools.applies(ChatTemplate((TEMPLATES / f"{name}.jinja").read_text()), parser)

@@ -44,16 +44,23 @@ class ModelPrompting:
                  reasoning_mode: ReasoningMode = "separate") -> None:  # fmt: skip
         self.name = name
         self.template = template
-        self.format = parser if parser and parser != "auto" else detect_format(template=template.source, model=name)
+        self.generic_tools = generic_tools.applies(template, parser)
+        """Whether tool calls go through the generic JSON protocol (a template without tool syntax)."""
+        if parser and parser != "auto":
+            self.format: str | None = parser
+        elif self.generic_tools:
+            # The template writes no call syntax: a format the model's name suggests (`pythonic`
+            # for gemma-3) is no more than a guess, and would read calls into tool-less answers.
+            self.format = None
+        else:
+            self.format = detect_format(template=template.source, model=name)
         self.parser: type[Parser] | None = get_parser(self.format) if self.format else None
         self.reasoning_mode: ReasoningMode = reasoning_mode
         self._warned: set[str] = set()
-        self.generic_tools = generic_tools.applies(template, parser)
-        """Whether tool calls go through the generic JSON protocol (a template without tool syntax)."""
         if self.generic_tools:
             log.info("model %s: its chat template has no tool syntax; tools are described in the system message "
                      "and calls written as JSON under a grammar (llama.cpp's generic format)", name)  # fmt: skip
-        if self.parser is None:
+        if self.parser is None and not self.generic_tools:
             log.warning("model %s: no output format recognised in its chat template; its text is passed as is", name)
 
     def prompt_or_raise(self, request: GenerationRequest) -> str:
