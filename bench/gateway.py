@@ -302,13 +302,13 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
 
 
 def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url: str, data: Path,
-                   peers: bool) -> list[Gateway]:  # fmt: skip
+                   peers: bool, without_metrics: bool = False) -> list[Gateway]:  # fmt: skip
     engine_port = int(engine_url.rsplit(":", 1)[1].split("/")[0])
     gateways = [Gateway("direct (engine)", chat_target(engine_port, MODEL), b"[DONE]", engine.pid)]
     hold = f"{MODEL}-hold"
     port = free_port()
-    command = [sys.executable, "-m", "responsekit", "serve", "--upstream", f"bench={engine_url}", "--no-probe",
-               "--port", str(port), "--data-dir", str(data / "responsekit")]  # fmt: skip
+    serve = [sys.executable, "-m", "responsekit", "serve", "--upstream", f"bench={engine_url}", "--no-probe"]
+    command = [*serve, "--port", str(port), "--data-dir", str(data / "responsekit")]
     rk = stack.enter_context(service("responsekit", command, f"http://127.0.0.1:{port}/health"))
     gateways += [
         Gateway("ResponseKit /v1/responses", responses_target(port, MODEL), b"response.completed", rk.pid, hold),
@@ -317,6 +317,15 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
         Gateway("ResponseKit /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", rk.pid),
         Gateway("ResponseKit /v1/messages", messages_target(port, MODEL), b"message_stop", rk.pid, hold),
     ]  # fmt: skip
+    if without_metrics:  # the same server with --no-metrics, taking turns with the one above (issue 16)
+        port = free_port()
+        command = [*serve, "--port", str(port), "--data-dir", str(data / "responsekit-no-metrics"), "--no-metrics"]
+        bare = stack.enter_context(service("responsekit --no-metrics", command, f"http://127.0.0.1:{port}/health"))
+        gateways += [
+            Gateway("ResponseKit --no-metrics /v1/responses", responses_target(port, MODEL), b"response.completed", bare.pid),
+            Gateway("ResponseKit --no-metrics /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", bare.pid),
+            Gateway("ResponseKit --no-metrics /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
+        ]  # fmt: skip
     if not peers:
         return gateways
 
@@ -435,7 +444,8 @@ async def benchmark(args: argparse.Namespace, section: Section, open_streams_cou
                                                         str(engine_port), "--tokens", str(args.tokens),
                                                         "--token-interval", str(section.interval)],
                                              f"{engine_url}/models"))  # fmt: skip
-        section.gateways = gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers)
+        section.gateways = gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers,
+                                                      args.without_metrics)
         started = time.monotonic()
         load_before = os.getloadavg()[0]
         for stream in (True, False):
@@ -453,8 +463,9 @@ async def benchmark(args: argparse.Namespace, section: Section, open_streams_cou
                     print(f"{gateway.name}: {section.held[-1][1]}", file=sys.stderr, flush=True)
         section.minutes = (time.monotonic() - started) / 60
         section.load = (load_before, os.getloadavg()[0])
-        plot(gateways, True, HERE / f"{section.plots}-stream.png")
-        plot(gateways, False, HERE / f"{section.plots}-nonstream.png")
+        if args.plots:
+            plot(gateways, True, HERE / f"{section.plots}-stream.png")
+            plot(gateways, False, HERE / f"{section.plots}-nonstream.png")
 
 
 def report(args: argparse.Namespace, runs: list[Section]) -> str:
@@ -507,8 +518,10 @@ def main() -> None:
     parser.add_argument("--open-streams", type=int, default=1000,
                         help="streams held open at once, in the first run (0: skip)")
     parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")
+    parser.add_argument("--without-metrics", action="store_true",
+                        help="also a ResponseKit with --no-metrics, to measure what the metrics cost")
     parser.add_argument("--plots", default="gateway",
-                        help="the plots' file names: NAME-stream.png, NAME-nonstream.png (paced runs: NAME-paced…)")
+                        help="the plots' file names: NAME-stream.png, NAME-nonstream.png (paced runs: NAME-paced…); '' for none")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the started processes on the way out
     runs = []

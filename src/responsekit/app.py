@@ -12,6 +12,7 @@ from starlette.types import ASGIApp
 from . import __version__, logs
 from .api import conversations, models
 from .api import files as files_api
+from .api import metrics as metrics_api
 from .api import vector_stores as vector_stores_api
 from .api.auth import key_hash
 from .api.chat import routes as chat
@@ -23,6 +24,7 @@ from .api.responses import routes as responses
 from .backends.router import ModelRouter
 from .config import Settings
 from .files.service import VectorStores
+from .metrics import Metrics, ScrapeTime
 from .orchestrator import Orchestrator
 from .outbound import UrlPolicy
 from .record import Recorder
@@ -54,9 +56,13 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = await Store.open(settings.database)
+        if metrics is not None:
+            store.database = metrics.timed(store.database)
         runs = Runs(store, settings.lease_seconds, render.resumed)
         app.state.store = store
         app.state.vector_stores = await VectorStores.open(settings, store.database)
+        if metrics is not None:
+            metrics.registry.register(ScrapeTime(runs.states, app.state.vector_stores.ingestor.queue))
         await app.state.vector_stores.start()
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)
@@ -80,6 +86,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = Gateway(title="ResponseKit", version=__version__, lifespan=lifespan, default_response_class=JSONResponse)
     app.state.settings = settings
+    metrics = app.state.metrics = Metrics(router.serves) if settings.metrics else None
     app.state.router = router
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
     # Routers are tried in order, each route's pattern in turn: the generation routes come early
@@ -91,6 +98,8 @@ def create_app(settings: Settings) -> FastAPI:
         # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
         app.include_router(frontend, include_in_schema=False)
     app.include_router(models.health)
+    if metrics is not None:
+        app.include_router(metrics_api.router)
     install_error_handlers(app)
     return app
 

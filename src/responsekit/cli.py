@@ -65,6 +65,10 @@ def serve(
         list[str] | None,
         typer.Option("--api-key", help="An accepted API key, or sha256:HEX of one (repeatable).", show_default=False),
     ] = None,
+    metrics: Annotated[
+        bool | None,
+        typer.Option("--metrics/--no-metrics", help="Serve Prometheus metrics at /metrics (default: on).", show_default=False),
+    ] = None,
     record: Annotated[
         Path | None, typer.Option(help="Write every upstream exchange as a JSON file into this directory.", show_default=False)
     ] = None,
@@ -112,6 +116,7 @@ def serve(
             data_dir=data_dir,
             database_url=database_url,
             api_keys=api_key,
+            metrics=metrics,
             record_dir=record,
             shutdown_timeout=shutdown_timeout,
             log_level=log_level,

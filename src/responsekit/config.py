@@ -240,6 +240,8 @@ class Settings(BaseSettings):
     strip_billing_header: bool = True
     """Leave Claude Code's `x-anthropic-billing-header: …` line, which changes on every request,
     out of the system prompt sent to the engine, so its prefix cache holds (issue 15)."""
+    metrics: bool = True
+    """Serve Prometheus metrics at `GET /metrics` (issue 16); `--no-metrics` turns them off."""
     record_dir: Path | None = None
     """Write every upstream exchange to a JSON file here, for replay in tests."""
     shutdown_timeout: float = 30.0

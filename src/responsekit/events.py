@@ -111,12 +111,15 @@ class Error:
     """Generation failed; ends the stream.
 
     `code` is an OpenAI error code (`context_length_exceeded`, `rate_limit_exceeded`,
-    `server_error`…) and `status` the HTTP status a non-streaming client gets.
+    `server_error`…) and `status` the HTTP status a non-streaming client gets. `fault` names
+    an engine fault the code does not tell apart (`refused`, `dropped`, `malformed`) for the
+    metrics (issue 16); the client never sees it.
     """
 
     code: str
     message: str
     status: int = 502
+    fault: str | None = None
 
 
 Event: TypeAlias = (

@@ -39,6 +39,7 @@ from .history import translate_items
 from .ids import new_id
 from .items import normalize_items
 from .logs import request_id
+from .metrics import Observation
 from .outbound import UrlPolicy
 from .rendering import rendered
 from .runs import TERMINAL, ResponseRendering, Run, Runs
@@ -360,9 +361,11 @@ class Orchestrator:
 
     # --- in the foreground --------------------------------------------------------------
 
-    async def events(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, prepared: Prepared, observation: Observation | None = None) -> AsyncIterator[dict[str, Any]]:
         """The response's events; it is persisted before its terminal event goes out."""
-        async for event in rendered(prepared.renderer, self.canonical(prepared)):
+        if observation is not None:
+            observation.serving(prepared.generation.model, prepared.upstream.name)
+        async for event in rendered(prepared.renderer, self.canonical(prepared), observation):
             if event["type"] in TERMINAL:
                 await self._persist(prepared)
             yield event
@@ -378,16 +381,18 @@ class Orchestrator:
 
     # --- in the background --------------------------------------------------------------
 
-    async def start_background(self, prepared: Prepared) -> Run:
+    async def start_background(self, prepared: Prepared, observation: Observation | None = None) -> Run:
         await self.store.start_response(
             prepared.owner, prepared.response, prepared.inputs, self.runs.lease_until(), request_id=request_id()
         )
-        return self.runs.launch(prepared.response["id"], lambda run: self._run(prepared, run))
+        if observation is not None:
+            observation.serving(prepared.generation.model, prepared.upstream.name)
+        return self.runs.launch(prepared.response["id"], lambda run: self._run(prepared, run, observation))
 
-    async def _run(self, prepared: Prepared, run: Run) -> None:
+    async def _run(self, prepared: Prepared, run: Run, observation: Observation | None) -> None:
         renderer = prepared.renderer
         try:
-            async for event in rendered(renderer, self.canonical(prepared)):
+            async for event in rendered(renderer, self.canonical(prepared), observation):
                 run.publish(event)
                 if event["type"] == "response.in_progress":
                     await self.store.update_response(renderer.response)

@@ -12,7 +12,10 @@ from contextlib import aclosing
 from typing import Any, Protocol
 
 from .errors import APIError, error_type_for_status
-from .events import Error, Event
+from .events import Error, Event, Usage
+from .metrics import CLIENT_LEFT, Observation
+
+ENDINGS = frozenset({Usage, Error})
 
 
 class Renderer(Protocol):
@@ -26,27 +29,43 @@ class Renderer(Protocol):
     def feed(self, event: Event) -> list[dict[str, Any]]: ...
 
 
-async def rendered(renderer: Renderer, events: AsyncIterator[Event]) -> AsyncIterator[dict[str, Any]]:
+async def rendered(
+    renderer: Renderer, events: AsyncIterator[Event], observation: Observation | None = None
+) -> AsyncIterator[dict[str, Any]]:
     """Every frontend event of one generation, ending with the renderer's last one.
 
     Streaming sends these; a non-streaming request folds them: one code path for both.
-    Leaving early closes the engine's stream, and so its HTTP request.
+    Leaving early closes the engine's stream, and so its HTTP request. An `observation`
+    (the metrics, issue 16) sees the first output token, then only `Usage` and `Error`
+    events, and ends when the generation does.
     """
-    for event in renderer.start():
-        yield event
-    async with aclosing(events):
-        async for canonical in events:
-            for event in renderer.feed(canonical):
-                yield event
-            if renderer.finished:
-                return
-    for event in renderer.feed(Error("server_error", "the engine's stream ended without finishing", 502)):
-        yield event
+    if observation is not None:
+        observation.begin()
+    try:
+        for event in renderer.start():
+            yield event
+        async with aclosing(events):
+            async for canonical in events:
+                if observation is not None and (observation.first_token is None or type(canonical) in ENDINGS):
+                    observation.saw(canonical)
+                for event in renderer.feed(canonical):
+                    yield event
+                if renderer.finished:
+                    return
+        error = Error("server_error", "the engine's stream ended without finishing", 502, "dropped")
+        if observation is not None:
+            observation.saw(error)
+        for event in renderer.feed(error):
+            yield event
+    finally:
+        if observation is not None:
+            failed = renderer.error
+            observation.end(str(failed.status) if failed is not None else "200" if renderer.finished else CLIENT_LEFT)
 
 
-async def drain(renderer: Renderer, events: AsyncIterator[Event]) -> None:
+async def drain(renderer: Renderer, events: AsyncIterator[Event], observation: Observation | None = None) -> None:
     """Run a generation to its end for a non-streaming answer (the renderer keeps the result)."""
-    async for _ in rendered(renderer, events):
+    async for _ in rendered(renderer, events, observation):
         pass
 
 

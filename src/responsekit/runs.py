@@ -128,6 +128,11 @@ class Runs:
         run.task = asyncio.create_task(main())
         return run
 
+    def states(self) -> dict[str, int]:
+        """This process's runs by state, for the metrics: generating, or writing their end."""
+        finishing = sum(1 for run in self._runs.values() if run.finishing)
+        return {"running": len(self._runs) - finishing, "finishing": finishing}
+
     def local(self, response_id: str) -> Run | None:
         return self._runs.get(response_id)
 

@@ -334,7 +334,13 @@ class ChatUpstream:
         except httpx.TimeoutException:
             yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
         except httpx.HTTPError as exc:
-            yield Error("server_error", f"upstream {self.name} failed: {exc!r}", 502)
+            yield transport_error(self.name, exc)
+
+
+def transport_error(name: str, exc: httpx.HTTPError) -> Error:
+    """A failed exchange with an engine: `refused` when no connection was made, else `dropped`."""
+    fault = "refused" if isinstance(exc, httpx.ConnectError) else "dropped"
+    return Error("server_error", f"upstream {name} failed: {exc!r}", 502, fault)
 
 
 async def error_answer(answer: Answer, recording: Recording | None) -> Error | None:
@@ -488,7 +494,7 @@ class ChunkTranslator:
             except ValueError:
                 chunk = None
         if not isinstance(chunk, dict):
-            return [Error("server_error", f"upstream sent malformed data: {data[:200]!r}", 502)]
+            return [Error("server_error", f"upstream sent malformed data: {data[:200]!r}", 502, "malformed")]
         return self.feed(chunk)
 
     def feed_completion(self, text: str) -> list[Event]:
@@ -502,7 +508,7 @@ class ChunkTranslator:
         try:
             return self._filtered(self._feed(chunk))
         except _Misshapen as exc:
-            return [Error("server_error", f"upstream sent a malformed chunk ({exc}): {str(chunk)[:200]}", 502)]
+            return [Error("server_error", f"upstream sent a malformed chunk ({exc}): {str(chunk)[:200]}", 502, "malformed")]
 
     def _feed(self, chunk: dict[str, Any]) -> list[Event]:
         error = chunk.get("error")
@@ -606,7 +612,7 @@ class ChunkTranslator:
             if state.index is not None:
                 events.append(ToolCallEnd(state.index))
         if self._finish is None:
-            return self._filtered(events + [Error("server_error", "upstream ended the stream before finishing", 502)])
+            return self._filtered(events + [Error("server_error", "upstream ended the stream before finishing", 502, "dropped")])
         usage = self._usage
         if usage is None:
             log.debug("upstream reported no usage; estimating")

@@ -23,7 +23,7 @@ from ..grammars import Grammar
 from ..jsontext import json_utf8
 from ..record import Recorder, Recording
 from ..templates import ChatTemplate, TemplateError, load_template
-from .chat_upstream import JSON_HEADERS, ChatUpstream, SSEPayloads, error_answer
+from .chat_upstream import JSON_HEADERS, ChatUpstream, SSEPayloads, error_answer, transport_error
 from .prompting import ModelPrompting, Plan, text_chunk
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class CompletionsUpstream(ChatUpstream):
         except httpx.TimeoutException:
             yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
         except httpx.HTTPError as exc:
-            yield Error("server_error", f"upstream {self.name} failed: {exc!r}", 502)
+            yield transport_error(self.name, exc)
 
 
     async def _counted_usage(self, plan: Plan, model: str, pieces: int) -> dict[str, Any]:

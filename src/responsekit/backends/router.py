@@ -170,6 +170,10 @@ class ModelRouter:
                 return upstream, target
         return None
 
+    def serves(self, model: str) -> bool:
+        """Whether `model` is a name an engine serves (what `resolve` returns)."""
+        return model in self._models
+
     def list_models(self) -> list[dict[str, Any]]:
         """`/v1/models` entries: every upstream model, then every alias that resolves."""
         entries = [

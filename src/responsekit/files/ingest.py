@@ -73,6 +73,11 @@ class Ingestor:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+    def queue(self) -> dict[str, int]:
+        """Files scheduled in this process, for the metrics: waiting for a worker, or being ingested."""
+        working = len(self._working)
+        return {"waiting": max(0, len(self._tasks) - working), "working": working}
+
     async def _run(self, store_id: str, file_id: str, token: str) -> None:
         async with self._slots:
             job = await self.catalog.ingestion(store_id, file_id, token)

@@ -12,6 +12,7 @@ from ...rendering import drain, raise_for_error, rendered
 from ...sse import SSE_DONE, sse_data
 from ..auth import authorize
 from ..http import JSONResponse, read_body
+from ..metrics import observation
 from ..routing import plain_post
 from ..streaming import event_stream, unless_disconnected
 from .render import ChatRenderer
@@ -24,14 +25,17 @@ router = APIRouter()
 async def create_chat_completion(request: Request) -> Response:
     authorize(request)
     body = await read_body(request, CreateChatCompletion)
+    observed = observation(request, "/v1/chat/completions", body.stream)
     generation = translate(body)
     upstream, generation.model = await request.app.state.router.resolve(body.model)
+    if observed is not None:
+        observed.serving(generation.model, upstream.name)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     renderer = ChatRenderer(body.model, include_usage=include_usage)
     events = upstream.generate(generation)
     if body.stream:
-        return event_stream(_frames(rendered(renderer, events)))
-    await unless_disconnected(request, drain(renderer, events))
+        return event_stream(_frames(rendered(renderer, events, observed)))
+    await unless_disconnected(request, drain(renderer, events, observed))
     raise_for_error(renderer)
     return JSONResponse(renderer.completion)
 

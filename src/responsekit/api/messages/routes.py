@@ -23,6 +23,7 @@ from ...rendering import drain, rendered
 from ...sse import sse_event
 from ..auth import authorize
 from ..http import JSONResponse, error_envelope, read_body
+from ..metrics import observation
 from ..models import list_models
 from ..routing import PlainRoute, json_body, plain_post
 from ..streaming import event_stream, unless_disconnected
@@ -48,11 +49,14 @@ def _anthropic_error(status: int, message: str) -> dict[str, Any]:
 async def create_message(request: Request) -> Response:
     authorize(request)
     body = await read_body(request, CreateMessage)
+    observed = observation(request, "/v1/messages", body.stream)
     state = request.app.state
     sealer = state.orchestrator.sealer
     translation = translate(body, sealer, strip_billing_header=state.settings.strip_billing_header)
     generation = translation.generation
     upstream, generation.model = await state.router.resolve(body.model)
+    if observed is not None:
+        observed.serving(generation.model, upstream.name)
     input_tokens, clamped = await _input_tokens(upstream, generation)
     renderer = MessagesRenderer(body.model, input_tokens=input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking,
@@ -60,8 +64,8 @@ async def create_message(request: Request) -> Response:
     headers = {CLAMPED_HEADER: str(clamped)} if clamped is not None else {}
     events = upstream.generate(generation)
     if body.stream:
-        return event_stream(_frames(rendered(renderer, events)), heartbeat=PING, headers=headers)
-    await unless_disconnected(request, drain(renderer, events))
+        return event_stream(_frames(rendered(renderer, events, observed)), heartbeat=PING, headers=headers)
+    await unless_disconnected(request, drain(renderer, events, observed))
     if renderer.error is not None:
         error = renderer.error
         return JSONResponse(anthropic_error(error.status, error_message(error)), status_code=error.status)

@@ -20,6 +20,7 @@ from ...sse import SSE_DONE, sse_event
 from ...store import RUNNING, paginate
 from ..auth import Owner, authorize
 from ..http import JSONResponse, read_body
+from ..metrics import observation
 from ..routing import json_body, plain_post
 from ..streaming import event_stream, unless_disconnected
 from .render import usage_object
@@ -42,18 +43,19 @@ async def create_response(request: Request) -> Response:
     limit = request.app.state.settings.max_input_items
     if len(body.input_items) > limit:
         raise APIError(400, f"`input` has more than {limit} items.", param="input", code="invalid_value")
+    observed = observation(request, "/v1/responses", body.stream and not body.background)
     conductor = orchestrator(request)
     prepared = await conductor.prepare(translate(body, conductor.sealer), owner)
     if body.background:
-        run = await conductor.start_background(prepared)
+        run = await conductor.start_background(prepared, observed)
         if body.stream:
             return event_stream(_with_done(conductor.runs.follow(run.response_id, -1)))
         return JSONResponse(prepared.response)
     if body.stream:
-        return event_stream(_frames(conductor.events(prepared)))
+        return event_stream(_frames(conductor.events(prepared, observed)))
 
     async def drain() -> None:
-        async for _ in conductor.events(prepared):
+        async for _ in conductor.events(prepared, observed):
             pass
 
     await unless_disconnected(request, drain())

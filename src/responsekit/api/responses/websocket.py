@@ -73,13 +73,15 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
         body = CreateResponse.model_validate({k: v for k, v in event.items() if k not in _NOT_FOR_SOCKETS})
     except ValidationError as exc:
         raise validation_error(exc) from None
+    metrics = websocket.app.state.metrics
+    observed = metrics.observation("/v1/responses", True) if metrics is not None else None
     try:
         prepared = await conductor.prepare(translate(body, conductor.sealer), owner, cache)
     except APIError:
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)
         raise
-    async for item in conductor.events(prepared):
+    async for item in conductor.events(prepared, observed):
         await websocket.send_text(dumps({**item, "stream_id": stream_id} if stream_id else item))
     if prepared.response["status"] == "completed":
         cache[prepared.response["id"]] = prepared.continuation()

@@ -1,0 +1,30 @@
+"""`GET /metrics`: the Prometheus text exposition (issue 16), and the frontends' way to observe a generation.
+
+Owner-scoped like the API: with keys configured a scrape needs one; without keys the server
+listens on loopback only. `--no-metrics` removes the route (a 404) and every observation.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client.exposition import choose_encoder
+
+from ..metrics import Metrics, Observation
+from .auth import authorize
+
+router = APIRouter()
+
+
+@router.get("/metrics", include_in_schema=False)
+async def scrape(request: Request) -> Response:
+    authorize(request)
+    metrics: Metrics = request.app.state.metrics
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))  # OpenMetrics when the scraper asks
+    return Response(encode(metrics.registry), media_type=content_type)
+
+
+def observation(request: Request, route: str, stream: bool) -> Observation | None:
+    """A generation request on `route` (a template, e.g. `/v1/responses`), observed from now; None without metrics."""
+    metrics: Metrics | None = request.app.state.metrics
+    return metrics.observation(route, stream) if metrics is not None else None
