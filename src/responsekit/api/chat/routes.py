@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ... import tracing
 from ...rendering import drain, raise_for_error, rendered
 from ...sse import SSE_DONE, sse_data
 from ..auth import authorize
@@ -28,7 +29,7 @@ async def create_chat_completion(request: Request) -> Response:
     upstream, generation.model = await request.app.state.router.resolve(body.model)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     renderer = ChatRenderer(body.model, include_usage=include_usage)
-    events = upstream.generate(generation)
+    events = tracing.generate(upstream, generation, renderer.id)
     if body.stream:
         return event_stream(_frames(rendered(renderer, events)))
     await unless_disconnected(request, drain(renderer, events))
