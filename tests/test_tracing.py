@@ -7,13 +7,19 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+import grpc
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -112,8 +118,9 @@ def test_one_trace_per_request_with_the_engine_call(upstream):
 
         # Chat Completions and Anthropic's Messages: a trace each, the engine call inside.
         upstream.push(text_exchange("chat"), text_exchange("messages"))
-        chat = httpx.post(f"{url}/v1/chat/completions", json={"model": "test-model", "messages": [
-            {"role": "user", "content": PROMPT}]})  # fmt: skip
+        client_trace, client_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+        chat = httpx.post(f"{url}/v1/chat/completions", headers={"traceparent": f"00-{client_trace}-{client_span}-01"},
+                          json={"model": "test-model", "messages": [{"role": "user", "content": PROMPT}]})  # fmt: skip
         messages = httpx.post(f"{url}/v1/messages", headers=MESSAGES_HEADERS, json={
             "model": "test-model", "max_tokens": 50, "messages": [{"role": "user", "content": PROMPT}]})  # fmt: skip
         assert chat.status_code == messages.status_code == 200
@@ -123,9 +130,12 @@ def test_one_trace_per_request_with_the_engine_call(upstream):
                                                    if span.parent_span_id == server.span_id])[0]  # fmt: skip
             assert call.trace_id == server.trace_id != http.trace_id
             assert attributes(call.attributes)["gen_ai.response.id"] == answer.json()["id"]
+        # A client's own traceparent makes the request's span a child of the client's.
+        chat_span = receiver.named("POST /v1/chat/completions")[0]
+        assert (chat_span.trace_id.hex(), chat_span.parent_span_id.hex()) == (client_trace, client_span)
         roots = [span for span in receiver.spans if not span.parent_span_id]
-        assert len({span.trace_id for span in receiver.spans}) == len(roots)  # each request its own trace
-        assert {span.name for span in roots} == {"GET /health", "POST /v1/responses", "POST /v1/chat/completions",
+        assert len({span.trace_id for span in receiver.spans}) == len(roots) + 1  # each request its own trace
+        assert {span.name for span in roots} == {"GET /health", "POST /v1/responses",
                                                  "POST /v1/messages"}  # start_cli's polls are GET /health
 
 
@@ -142,6 +152,41 @@ def test_message_content_when_asked_for(upstream):
     outputs = json.loads(recorded["gen_ai.output.messages"])
     assert outputs == [{"role": "assistant", "parts": [{"type": "text", "content": "Hello!"}]}]
     assert receiver.resources[0]["service.name"] == "gateway-7"
+
+
+class GrpcReceiver(TraceServiceServicer):
+    """OTLP over gRPC, on a real grpc server."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+
+    def Export(self, request: ExportTraceServiceRequest, context: Any) -> ExportTraceServiceResponse:
+        self.spans.extend(span for resource in request.resource_spans for scope in resource.scope_spans
+                          for span in scope.spans)  # fmt: skip
+        return ExportTraceServiceResponse()
+
+
+def test_otlp_over_grpc(upstream):
+    receiver = GrpcReceiver()
+    server = grpc.server(ThreadPoolExecutor(2))
+    add_TraceServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        process, url = start_cli("--upstream", f"scripted={upstream.url}", "--no-probe", env={
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_BSP_SCHEDULE_DELAY": "100"})  # fmt: skip
+        try:
+            upstream.push(text_exchange("Hello!"))
+            assert httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "hi"}).status_code == 200
+            engine = wait_for(lambda: [span for span in receiver.spans if span.name == "chat test-model"])[0]
+            http = next(span for span in receiver.spans if span.name == "POST /v1/responses")
+            assert engine.parent_span_id == http.span_id
+        finally:
+            process.terminate()
+            process.wait(20)
+    finally:
+        server.stop(None)
 
 
 def test_off_without_otel_variables(tmp_path):
