@@ -33,7 +33,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(call install,test embeddings llama)
+	$(call install,test embeddings llama otel)
 	touch $@ $(VENV)/.installed-run
 
 ## Start the server on the embedded defaults (http://127.0.0.1:8400/v1); extra flags via ARGS="…".

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from . import __version__, logs
+from . import __version__, logs, tracing
 from .api import conversations, models
 from .api import files as files_api
 from .api import metrics as metrics_api
@@ -55,6 +55,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tracing.configure()  # on when OTEL_* variables ask for it (issue 16)
         store = await Store.open(settings.database)
         if metrics is not None:
             store.database = metrics.timed(store.database)
@@ -83,6 +84,7 @@ def create_app(settings: Settings) -> FastAPI:
             await router.aclose()
             await app.state.vector_stores.close()
             await store.close()
+            tracing.shutdown()
 
     app = Gateway(title="ResponseKit", version=__version__, lifespan=lifespan, default_response_class=JSONResponse)
     app.state.settings = settings

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable
 
+from . import tracing
 from .backends.router import ModelRouter
 from .conversation import GenerationRequest, Message, TextPart
 from .events import Error, TextDelta, Usage
@@ -44,7 +45,7 @@ async def ask(
         max_output_tokens=max_tokens,
         reasoning_effort="none",
     )
-    async for event in upstream.generate(request):
+    async for event in tracing.generate(upstream, request):
         if isinstance(event, TextDelta):
             yield event.text
         elif isinstance(event, Usage):

@@ -17,6 +17,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import tracing
 from .assist import compaction_summary, summarize_reasoning
 from .backends import Backend
 from .backends.router import ModelRouter
@@ -328,7 +329,7 @@ class Orchestrator:
     async def _truncating(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
         """With `truncation: auto`, a context overflow retries without the oldest turns."""
         while True:
-            async with aclosing(prepared.upstream.generate(generation)) as events:
+            async with aclosing(tracing.generate(prepared.upstream, generation, prepared.response["id"])) as events:
                 first = await anext(events, None)
                 if (
                     isinstance(first, Error)

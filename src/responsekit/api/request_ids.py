@@ -4,7 +4,8 @@ A plain ASGI middleware, outside everything else (`app.py` puts it around Starle
 error middleware, so a 500 carries the id too): Starlette's `BaseHTTPMiddleware` runs the app
 in a task group and copies bodies through memory streams, tens of microseconds a request and
 a hop per streamed frame. Here a request costs an id, a context variable and a wrapped `send`
-whose only work is on `http.response.start`.
+whose only work is on `http.response.start`. With traces on (`tracing.py`), the request's
+server span is started and ended here too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import time
 from typing import Any
 
+from .. import tracing
 from ..ids import new_id
 from ..logs import ACCESS_LOGGER, RequestInfo, current
 
@@ -69,9 +71,12 @@ class RequestIds:
                 message["headers"] = [*message.get("headers", ()), header]
             await send(message)
 
+        traced = tracing.active.start_server_span(scope) if tracing.active is not None else None
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            if traced is not None:
+                tracing.active.end_server_span(*traced, scope, status)  # type: ignore[union-attr]
             if access_log.isEnabledFor(logging.INFO):
                 _access_line(scope, status, time.perf_counter() - started)
 

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 import httptools
 import httpx
 
+from .. import tracing
+
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection to an engine is kept: less than the 5 s after which uvicorn
 (vLLM, SGLang) and cpp-httplib (llama.cpp) close one, so that a request is not sent on a
@@ -351,8 +353,11 @@ class PlainEngine:
 
     @asynccontextmanager
     async def post(self, path: str, body: bytes) -> AsyncIterator[_Exchange]:
+        headers = self._headers
+        if tracing.active is not None:  # the engine call's span, for the engine's own spans (issue 16)
+            headers += "".join(f"{name}: {value}\r\n" for name, value in tracing.engine_headers().items()).encode()
         request = b"POST %s%s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
-            self._prefix.encode(), path.encode(), self._headers, len(body), body
+            self._prefix.encode(), path.encode(), headers, len(body), body
         )
         for attempt in range(2):
             connection = await self._connection()
@@ -444,7 +449,7 @@ class HttpxEngine:
     @asynccontextmanager
     async def post(self, path: str, body: bytes) -> AsyncIterator[_HttpxAnswer]:
         for attempt in range(2):
-            request = self._client.build_request("POST", path, content=body)
+            request = self._client.build_request("POST", path, content=body, headers=tracing.engine_headers())
             try:
                 response = await self._client.send(request, stream=True)
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from .. import tracing
 from ..jsontext import json_utf8
 from .database import Connection, Database
 from .migrations import migrate
@@ -84,11 +85,12 @@ class Store:
 
         `request_id` is the `x-request-id` of the request that created it (`request_id()`).
         """
-        async with self.database.transaction() as db:
-            await self._insert_response(db, owner, response, inputs, lease_until=None, request_id=request_id)
-            await self._insert_outputs(db, response, offset=len(inputs))
-            if conversation_id:
-                await self._append_conversation(db, conversation_id, inputs + response["output"])
+        with tracing.span("store save_response", {"db.operation.name": "save_response"}):
+            async with self.database.transaction() as db:
+                await self._insert_response(db, owner, response, inputs, lease_until=None, request_id=request_id)
+                await self._insert_outputs(db, response, offset=len(inputs))
+                if conversation_id:
+                    await self._append_conversation(db, conversation_id, inputs + response["output"])
 
     async def start_response(
         self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int,
@@ -112,25 +114,26 @@ class Store:
         Returns False (and writes nothing) when the response is no longer running, e.g.
         when another replica already marked it failed.
         """
-        async with self.database.transaction() as db:
-            row = await db.fetchrow(f"SELECT status FROM responses WHERE id = ?{self._for_update}", response["id"])
-            if row is None or row[0] not in RUNNING:
-                return False
-            inputs = [
-                json.loads(body)
-                for (body,) in await db.fetch(
-                    "SELECT body FROM response_items WHERE response_id = ? AND NOT output ORDER BY position",
-                    response["id"],
-                )
-            ]
-            await db.execute(
-                "UPDATE responses SET status = ?, body = ?, lease_until = NULL WHERE id = ?",
-                response["status"], _dumps(response), response["id"],
-            )  # fmt: skip
-            await self._insert_outputs(db, response, offset=len(inputs))
-            await self._insert_events(db, response["id"], events)
-            if conversation_id:
-                await self._append_conversation(db, conversation_id, inputs + response["output"])
+        with tracing.span("store finish_response", {"db.operation.name": "finish_response"}):
+            async with self.database.transaction() as db:
+                row = await db.fetchrow(f"SELECT status FROM responses WHERE id = ?{self._for_update}", response["id"])
+                if row is None or row[0] not in RUNNING:
+                    return False
+                inputs = [
+                    json.loads(body)
+                    for (body,) in await db.fetch(
+                        "SELECT body FROM response_items WHERE response_id = ? AND NOT output ORDER BY position",
+                        response["id"],
+                    )
+                ]
+                await db.execute(
+                    "UPDATE responses SET status = ?, body = ?, lease_until = NULL WHERE id = ?",
+                    response["status"], _dumps(response), response["id"],
+                )  # fmt: skip
+                await self._insert_outputs(db, response, offset=len(inputs))
+                await self._insert_events(db, response["id"], events)
+                if conversation_id:
+                    await self._append_conversation(db, conversation_id, inputs + response["output"])
         return True
 
     async def _insert_response(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .. import tracing
 from ..conversation import FunctionTool
 from ..errors import APIError
 from ..files.service import VectorStores
@@ -47,8 +48,10 @@ async def add_file_search(
         if not queries:
             return ToolOutcome("", error="Give at least one query: {\"queries\": [\"...\"]}.")
         try:
-            hits = await stores.search(owner, store_ids, queries, max_results, spec.get("filters"),
-                                       spec.get("ranking_options"))  # fmt: skip
+            with tracing.span("execute_tool file_search", {"gen_ai.operation.name": "execute_tool",
+                                                           "gen_ai.tool.name": "file_search"}):  # fmt: skip
+                hits = await stores.search(owner, store_ids, queries, max_results, spec.get("filters"),
+                                           spec.get("ranking_options"))  # fmt: skip
         except APIError as error:
             return ToolOutcome("", error=error.message)
         first = tools.citations + 1

@@ -18,6 +18,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from .. import tracing
 from ..conversation import FunctionTool
 from ..ids import new_id
 from ..outbound import UrlPolicy
@@ -63,7 +64,8 @@ class McpServer:
                                 "tools": [], "error": None}  # fmt: skip
         try:
             async with self.client() as session:
-                listed = await session.list_tools()
+                with tracing.span("mcp tools/list", {"mcp.method.name": "tools/list", "server.label": self.label}):
+                    listed = await session.list_tools()
         except Exception as exc:  # any transport or protocol failure: the response goes on without them  # noqa: BLE001
             log.warning("MCP server %s (%s) could not be listed: %r", self.label, self.url, exc)
             item["error"] = f"Could not list the tools of {self.url}: {exc}"
@@ -83,7 +85,9 @@ class McpServer:
             return _failure(f"The arguments are not valid JSON: {arguments[:200]}", code=-32602)
         try:
             async with self.client() as session:
-                result = await session.call_tool(tool, parsed if isinstance(parsed, dict) else {})
+                with tracing.span(f"execute_tool {tool}", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                                                           "mcp.method.name": "tools/call", "server.label": self.label}):  # fmt: skip
+                    result = await session.call_tool(tool, parsed if isinstance(parsed, dict) else {})
         except MCPError as exc:
             return _failure(f"Calling {tool} failed: {exc}", code=exc.error.code)
         except httpx2.HTTPStatusError as exc:

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ... import tracing
 from ...rendering import drain, raise_for_error, rendered
 from ...sse import SSE_DONE, sse_data
 from ..auth import authorize
@@ -32,7 +33,7 @@ async def create_chat_completion(request: Request) -> Response:
         observed.serving(generation.model, upstream.name)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     renderer = ChatRenderer(body.model, include_usage=include_usage)
-    events = upstream.generate(generation)
+    events = tracing.generate(upstream, generation, renderer.id)
     if body.stream:
         return event_stream(_frames(rendered(renderer, events, observed)))
     await unless_disconnected(request, drain(renderer, events, observed))

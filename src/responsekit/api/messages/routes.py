@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ... import tracing
 from ...backends import Backend
 from ...backends.llama_cpp import LlamaCppBackend
 from ...conversation import GenerationRequest
@@ -62,7 +63,7 @@ async def create_message(request: Request) -> Response:
                                 show_thinking=translation.show_thinking,
                                 stop_sequences=translation.stop_sequences)  # fmt: skip
     headers = {CLAMPED_HEADER: str(clamped)} if clamped is not None else {}
-    events = upstream.generate(generation)
+    events = tracing.generate(upstream, generation, renderer.id)
     if body.stream:
         return event_stream(_frames(rendered(renderer, events, observed)), heartbeat=PING, headers=headers)
     await unless_disconnected(request, drain(renderer, events, observed))
