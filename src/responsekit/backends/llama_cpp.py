@@ -24,6 +24,7 @@ from typing import Any
 from ..config import LocalModel
 from ..conversation import GenerationRequest
 from ..events import Error, Event
+from ..stop_texts import StopTexts
 from ..templates import ChatTemplate, from_gguf, load_template
 from .llama_sequence import Sampling, Sequence, load_model
 from .prompting import ModelPrompting, Plan, final_chunk, text_chunk
@@ -178,7 +179,7 @@ class LlamaCppBackend:
                 items = await handoff.take()
                 end = items.pop() if not isinstance(items[-1], str) else None
                 text = stops.feed("".join(items)) if items else ""
-                if stops.hit:
+                if stops.hit is not None:
                     cancel.set()
                 if text:
                     for event in translator.feed(text_chunk(text)):
@@ -193,7 +194,7 @@ class LlamaCppBackend:
                 if tail:
                     for event in translator.feed(text_chunk(tail)):
                         yield event
-                reason = "stop" if stops.hit else end.reason
+                reason = "stop" if stops.hit is not None else end.reason
                 final = final_chunk(reason, end.prompt_tokens, end.completion_tokens, end.cached_tokens)
                 for event in translator.feed(final):
                     yield event
@@ -277,32 +278,3 @@ class Handoff:
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
-
-
-class StopTexts:
-    """Finds stop texts in a stream of pieces, holding back what may be the start of one."""
-
-    def __init__(self, stops: list[str]) -> None:
-        self._stops = [stop for stop in stops if stop]
-        self._pending = ""
-        self.hit = False
-
-    def feed(self, text: str) -> str:
-        """The text that is surely before any stop; after a stop, nothing."""
-        if self.hit:
-            return ""
-        if not self._stops:
-            return text
-        pending = self._pending + text
-        cut = min((i for i in (pending.find(stop) for stop in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.hit = True
-            self._pending = ""
-            return pending[:cut]
-        hold = max((k for stop in self._stops for k in range(1, len(stop)) if pending.endswith(stop[:k])), default=0)
-        self._pending = pending[len(pending) - hold :] if hold else ""
-        return pending[: len(pending) - hold]
-
-    def flush(self) -> str:
-        pending, self._pending = self._pending, ""
-        return "" if self.hit else pending

@@ -35,6 +35,7 @@ from ...events import (
     Usage,
 )
 from ...ids import new_id
+from ...stop_texts import StopTexts
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class MessagesRenderer:
         self._input_tokens = input_tokens
         self._seal = seal
         self._show_thinking = show_thinking
-        self._stops = StopSequences(stop_sequences or [])
+        self._stops = StopTexts(stop_sequences or [])
         self._blocks: list[dict[str, Any]] = []
         self._open: str | None = None
         """The kind of the block being streamed (the last one), or None."""
@@ -256,30 +257,3 @@ def _input(arguments: list[str]) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-class StopSequences:
-    """Finds the first stop sequence in streamed text, holding back what may be the start of one."""
-
-    def __init__(self, stops: list[str]) -> None:
-        self._stops = stops
-        self._pending = ""
-        self.hit: str | None = None
-
-    def feed(self, text: str) -> str:
-        """The text that is surely before any stop sequence."""
-        if not self._stops:
-            return text
-        pending = self._pending + text
-        found = [(position, stop) for stop in self._stops if (position := pending.find(stop)) >= 0]
-        if found:
-            position, self.hit = min(found, key=lambda pair: pair[0])
-            self._pending = ""
-            return pending[:position]
-        hold = max((k for stop in self._stops for k in range(1, len(stop)) if pending.endswith(stop[:k])), default=0)
-        self._pending = pending[len(pending) - hold :] if hold else ""
-        return pending[: len(pending) - hold]
-
-    def flush(self) -> str:
-        pending, self._pending = self._pending, ""
-        return pending
