@@ -11,6 +11,8 @@ from ..events import Event
 
 class Backend(Protocol):
     name: str
+    context_window: int | None
+    """Tokens a sequence holds, prompt and answer, when the backend knows it (in-process models)."""
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         """Stream the answer; ends with `Finish` or `Error` (never raises for engine faults)."""

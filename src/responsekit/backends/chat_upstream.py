@@ -146,6 +146,9 @@ def upstream_error(status: int, text: str) -> Error:
 class ChatUpstream:
     """One configured engine: its connections and its dialect."""
 
+    context_window: int | None = None
+    """Unknown for an engine behind HTTP, which refuses or cuts what does not fit its context."""
+
     def __init__(self, config: UpstreamConfig, recorder: Recorder | None = None) -> None:
         self.config = config
         self.name = config.name

@@ -130,6 +130,10 @@ class LlamaCppBackend:
             sequence.close()
 
     @property
+    def context_window(self) -> int:
+        return self.config.context
+
+    @property
     def template(self) -> ChatTemplate:
         assert self._prompting is not None
         return self._prompting.template

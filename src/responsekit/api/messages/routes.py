@@ -18,7 +18,6 @@ from fastapi.responses import Response
 
 from ... import tracing
 from ...backends import Backend
-from ...backends.llama_cpp import LlamaCppBackend
 from ...conversation import GenerationRequest
 from ...rendering import drain, rendered
 from ...sse import sse_event
@@ -102,15 +101,15 @@ async def list_models_doubled(request: Request) -> dict[str, Any]:
 async def _input_tokens(upstream: Backend, generation: GenerationRequest) -> tuple[int, int | None]:
     """The prompt's tokens for `message_start`, and the clamped `max_tokens` if it had to be.
 
-    An in-process model counts exactly and cheaply, and knows its context: a `max_tokens`
+    A backend that knows its context (an in-process model) counts exactly and cheaply: a `max_tokens`
     above what the context leaves (Claude Code asks 32k-64k) is clamped, and said so in a
     header and the log, never refused. Other engines would need a request to count: the count
     is estimated here (`message_delta` then carries the engine's own), and `max_tokens` goes
     to the engine as asked.
     """
-    if isinstance(upstream, LlamaCppBackend):
+    if upstream.context_window is not None:
         count, _ = await upstream.count_tokens(generation)
-        room = upstream.config.context - count
+        room = upstream.context_window - count
         wanted = generation.max_output_tokens
         if wanted is not None and room > 0 and wanted > room:
             log.info("max_tokens %d is more than the %d tokens model %s has left after the prompt: clamped",
