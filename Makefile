@@ -17,7 +17,9 @@ $(BIN)/python:
 # (the first time only: pip caches the wheel), instead of minutes of silence.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
-PROGRESS := { grep --line-buffered -E '^(Collecting|Building|Successfully|Installing|ERROR|error)|^ *\[[0-9]+/[0-9]+\]' || true; }
+# A compile step is shown as `[n/N] vendor/llama.cpp/…/file.c`, not its whole command line.
+PROGRESS := { grep --line-buffered -E '^(Collecting|Building|Successfully|Installing|ERROR|error)|^ *\[[0-9]+/[0-9]+\]' || true; } \
+	| sed -u -E 's|^ *(\[[0-9]+/[0-9]+\]) .* -c .*/(vendor/[^ ]+)$$|\1 \2|'
 comma := ,
 space := $() $()
 # $(call install,EXTRA …): the package, editable, with these extras.
