@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .events import Error, Event, ReasoningDelta, RefusalDelta, TextDelta, ToolCallStart, Usage
-from .store.database import Connection, Database, Row
+from .store.database import Connection, Database, Listener, Row
 
 OUTPUT = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart)
 """Events that are output tokens: the first one is the time to first token."""
@@ -177,6 +177,7 @@ class TimedDatabase:
     def __init__(self, database: Database, histograms: dict[str, Any]) -> None:
         self.database = database
         self.dialect = database.dialect
+        self.shared_notifications = database.shared_notifications
         self._transaction = histograms["transaction"]
         self._execute = histograms["execute"]
         self._query = histograms["query"]
@@ -206,6 +207,12 @@ class TimedDatabase:
             await self.database.executemany(sql, rows)
         finally:
             self._execute.observe(time.perf_counter() - started)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        await self.database.notify(channel, payload)
+
+    async def listen(self, channel: str, listener: Listener) -> None:
+        await self.database.listen(channel, listener)
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         started = time.perf_counter()

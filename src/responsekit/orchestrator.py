@@ -413,7 +413,7 @@ class Orchestrator:
             async with run.lock:
                 events, run.pending = run.pending, []
             finish = self.store.finish_response(renderer.response, events, prepared.request.conversation_id)
-            await asyncio.shield(finish)
+            run.stored = await asyncio.shield(finish)  # followers see the end once it is stored
 
 
 async def _answer_approvals(

@@ -4,11 +4,17 @@ A run lives in the process that started it; clients (of this process or of anoth
 replica sharing the database) follow it through its events. A maintenance loop flushes
 events in small batches, renews each run's lease, carries out cancellations asked for on
 other replicas, and fails runs whose process died (their lease ran out).
+
+A follower on another replica reads the stored events, woken by the store's notification
+that they grew (PostgreSQL `LISTEN/NOTIFY`), with a slow poll in case one is missed (issue 17).
+No follower sees a run's terminal event before the response is stored with its end: a
+client that saw it complete finds it complete on every replica, whatever dies next.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -24,6 +30,9 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.05
 POLL_INTERVAL = 0.1
+"""How often a follower reads a run of another process from a store that does not notify across processes."""
+SAFETY_POLL_INTERVAL = 2.0
+"""How often it reads the store anyway when the store notifies (a notification may be lost)."""
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -52,6 +61,10 @@ class Run:
         self.pending: list[tuple[int, str]] = []
         """Events not written to the store yet."""
         self.done = False
+        self.stored = False
+        """The response is stored with its end (set before `close`)."""
+        self.terminal: int | None = None
+        """The index of the terminal frame, held back from followers until `stored`."""
         self.finishing = False
         self.interrupted = False
         """Cancelled because the server is shutting down, not by a client."""
@@ -61,6 +74,8 @@ class Run:
 
     def publish(self, event: dict[str, Any]) -> None:
         text = dumps(event)
+        if event["type"] in TERMINAL:
+            self.terminal = len(self.frames)
         self.frames.append(sse_frame(event["type"], text))
         self.pending.append((event["sequence_number"], text))
         self._changed.set()
@@ -70,16 +85,20 @@ class Run:
         self._changed.set()
 
     async def follow(self, after: int) -> AsyncIterator[bytes]:
+        """Frames after `after`; the terminal one only if the run ended stored (else the
+        follower takes the end from the store, where whoever ends the run writes it)."""
         position = after + 1
         while True:
-            while position < len(self.frames):
+            self._changed.clear()
+            while position < self._visible():
                 yield self.frames[position]
                 position += 1
             if self.done:
                 return
-            self._changed.clear()
-            if position >= len(self.frames):
-                await self._changed.wait()
+            await self._changed.wait()
+
+    def _visible(self) -> int:
+        return len(self.frames) if self.stored or self.terminal is None else self.terminal
 
 
 class Runs:
@@ -158,17 +177,23 @@ class Runs:
         if run is not None:
             async for frame in run.follow(after):
                 yield frame
-            return
-        while True:
-            rows = await self.store.events_after(response_id, after)
-            for sequence, text in rows:
-                kind = json.loads(text)["type"]
-                yield sse_frame(kind, text)
-                after = sequence
-                if kind in TERMINAL:
-                    return
-            if not rows:
-                await asyncio.sleep(POLL_INTERVAL)
+                after += 1
+            if run.stored:
+                return
+        poll = SAFETY_POLL_INTERVAL if self.store.notified_across_processes else POLL_INTERVAL
+        with self.store.watch(response_id) as changed:
+            while True:
+                changed.clear()
+                rows = await self.store.events_after(response_id, after)
+                for sequence, text in rows:
+                    kind = json.loads(text)["type"]
+                    yield sse_frame(kind, text)
+                    after = sequence
+                    if kind in TERMINAL:
+                        return
+                if not rows:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), poll)
 
     async def _maintain(self) -> None:
         last_lease = last_expiry = time.monotonic()
@@ -186,7 +211,7 @@ class Runs:
                         run = self._runs.get(response_id)
                         if run and run.task and not run.finishing:
                             run.task.cancel()
-                if now - last_expiry > self.lease_seconds:
+                if now - last_expiry > self.lease_seconds / 3:
                     last_expiry = now
                     await self._expire_dead_runs()
             except Exception:

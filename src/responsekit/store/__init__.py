@@ -7,7 +7,10 @@ any point leaves no half-stored response.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +21,8 @@ from .database import Connection, Database
 from .migrations import migrate
 
 RUNNING = ("queued", "in_progress")
+EVENTS_CHANNEL = "responsekit_events"
+"""Notified with a background response's id when its stored events grow (issue 17)."""
 
 
 @dataclass(slots=True)
@@ -55,6 +60,9 @@ class Store:
     def __init__(self, database: Database) -> None:
         self.database = database
         self._for_update = " FOR UPDATE" if database.dialect == "postgres" else ""
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self.notified_across_processes = database.shared_notifications
+        """Whether `watch` hears of events written by other processes (else only of this one's)."""
 
     @classmethod
     async def open(cls, url: str) -> Store:
@@ -70,7 +78,9 @@ class Store:
         else:
             raise ValueError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://…")
         await migrate(database)
-        return cls(database)
+        store = cls(database)
+        await database.listen(EVENTS_CHANNEL, store._events_added)
+        return store
 
     async def close(self) -> None:
         await self.database.close()
@@ -132,6 +142,7 @@ class Store:
                 )  # fmt: skip
                 await self._insert_outputs(db, response, offset=len(inputs))
                 await self._insert_events(db, response["id"], events)
+                await db.notify(EVENTS_CHANNEL, response["id"])
                 if conversation_id:
                     await self._append_conversation(db, conversation_id, inputs + response["output"])
         return True
@@ -226,6 +237,30 @@ class Store:
     async def append_events(self, response_id: str, events: list[tuple[int, str]]) -> None:
         async with self.database.transaction() as db:
             await self._insert_events(db, response_id, events)
+            await db.notify(EVENTS_CHANNEL, response_id)
+
+    @contextmanager
+    def watch(self, response_id: str) -> Iterator[asyncio.Event]:
+        """An event set when this response's stored events may have grown: clear it, read
+        them, then wait on it, and nothing written after the read goes unnoticed."""
+        changed = asyncio.Event()
+        watchers = self._watchers.setdefault(response_id, set())
+        watchers.add(changed)
+        try:
+            yield changed
+        finally:
+            watchers.discard(changed)
+            if not watchers:
+                del self._watchers[response_id]
+
+    def _events_added(self, response_id: str | None) -> None:
+        """None: notifications may have been missed (the listener reconnected), so every watcher looks."""
+        if response_id is None:
+            watchers = [w for group in self._watchers.values() for w in group]
+        else:
+            watchers = list(self._watchers.get(response_id, ()))
+        for changed in watchers:
+            changed.set()
 
     async def _insert_events(self, db: Connection, response_id: str, events: list[tuple[int, str]]) -> None:
         if events:

@@ -11,7 +11,7 @@ names for storage (item ids, names) is checked where it enters, with `storable`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -47,9 +47,26 @@ class Connection(Protocol):
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None: ...
 
+    async def notify(self, channel: str, payload: str) -> None:
+        """Tell the listeners of `channel` (`Database.listen`), once this transaction commits."""
+        ...
+
+
+Listener = Callable[[str | None], None]
+"""Called with each notification's payload, and with None after a gap in listening (a
+reconnection) during which notifications may have been missed."""
+
 
 class Database(Connection, Protocol):
     dialect: str
+
+    shared_notifications: bool
+    """Whether `listen` hears the notifications of other processes too (PostgreSQL), or only
+    of this one (SQLite: other processes on the file are not told)."""
+
+    async def listen(self, channel: str, listener: Listener) -> None:
+        """Call `listener` for every notification on `channel`, from now until `close`."""
+        ...
 
     def transaction(self) -> AbstractAsyncContextManager[Connection]:
         """A connection whose statements commit together, or not at all."""

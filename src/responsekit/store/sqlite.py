@@ -8,6 +8,9 @@ commit in groups: those that end while a group is being written go to the thread
 together, in one SQLite transaction, each inside a savepoint of its own so that one
 failing leaves the others whole. A transaction that reads takes the connection at its
 first read (writes buffered before it go first) and keeps it to its end.
+
+Notifications reach the listeners of this process only, after their transaction commits;
+other processes on the same file are not told (they poll).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..dedicated_thread import DedicatedThread
-from .database import Connection, Row, matchable
+from .database import Connection, Listener, Row, matchable
 
 T = TypeVar("T")
 Statement = tuple[str, tuple[Any, ...] | list[tuple[Any, ...]], bool]
@@ -29,6 +32,7 @@ Statement = tuple[str, tuple[Any, ...] | list[tuple[Any, ...]], bool]
 
 class SQLiteDatabase:
     dialect = "sqlite"
+    shared_notifications = False
 
     def __init__(self, connection: sqlite3.Connection, thread: DedicatedThread) -> None:
         self._connection = connection
@@ -37,6 +41,7 @@ class SQLiteDatabase:
         self._queued: list[tuple[list[Statement], asyncio.Future[None]]] = []
         """Write-only transactions waiting for the next group commit."""
         self._committer: asyncio.Task[None] | None = None
+        self._listeners: dict[str, list[Listener]] = {}
 
     @classmethod
     async def open(cls, path: Path) -> SQLiteDatabase:
@@ -75,6 +80,18 @@ class SQLiteDatabase:
                 self._lock.release()
         if not batch.locked and batch.pending:
             await self._group_commit(batch.pending)
+        for channel, payload in batch.notifications:
+            self._deliver(channel, payload)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        self._deliver(channel, payload)
+
+    async def listen(self, channel: str, listener: Listener) -> None:
+        self._listeners.setdefault(channel, []).append(listener)
+
+    def _deliver(self, channel: str, payload: str) -> None:
+        for listener in self._listeners.get(channel, ()):
+            listener(payload)
 
     async def _group_commit(self, statements: list[Statement]) -> None:
         """Commit these writes with the other write-only transactions ending about now."""
@@ -162,12 +179,17 @@ class _Batch:
         self._lock = lock
         self.pending: list[Statement] = []
         self.locked = False
+        self.notifications: list[tuple[str, str]] = []
+        """Delivered once the transaction has committed."""
 
     async def execute(self, sql: str, *args: Any) -> None:
         self.pending.append((sql, args, False))
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         self.pending.append((sql, rows, True))
+
+    async def notify(self, channel: str, payload: str) -> None:
+        self.notifications.append((channel, payload))
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         if not matchable(args):
