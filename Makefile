@@ -47,10 +47,17 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	npm ci --prefix tests/js --no-audit --no-fund </dev/null
 	touch $@
 
+# HAProxy, the load balancer tests/test_replicas.py puts in front of two replicas: Debian's
+# package, installed when missing and apt-get is there (else that test says it is skipped).
+HAPROXY_INSTALL := command -v haproxy >/dev/null || ! command -v apt-get >/dev/null \
+	|| apt-get install -y -qq haproxy || { apt-get update -qq && apt-get install -y -qq haproxy; } \
+	|| echo "HAProxy could not be installed: tests/test_replicas.py will be skipped"
+
 ## Install everything the tests need and run them all, after checking that every module src/
 ## imports is a declared dependency (deptry), that nothing below the frontends (api/) imports
 ## them (import-linter) and that ruff finds nothing; all configured in pyproject.toml.
 test: $(VENV)/.installed-test tests/js/node_modules/.installed
+	$(HAPROXY_INSTALL)
 	$(BIN)/deptry src
 	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests bench
