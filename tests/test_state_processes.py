@@ -145,3 +145,56 @@ async def _rows(database_url: str) -> list[tuple[str, str, str, int]]:
         return [tuple(row) for row in await connection.fetch(query)]
     finally:
         await connection.close()
+
+
+@pytest.mark.parametrize("database_url", [d for d in DATABASES if d == "postgres"], indirect=True)
+def test_a_background_run_ends_for_its_followers_only_once_stored(upstream, database_url):
+    """A client must never see a run complete that a crash could still lose (issue 17): while
+    another transaction holds the response's row, the run cannot store its end, and its
+    follower gets every event but the terminal one."""
+    upstream.time_scale = 1.0
+    upstream.push(slow_exchange(40, 0.05))
+    process, url = replica(upstream, database_url)
+    seen: list[dict] = []
+    holding, release = threading.Event(), threading.Event()
+
+    def follow() -> None:
+        with httpx.stream("POST", f"{url}/v1/responses",
+                          json={"model": "test-model", "input": "x", "stream": True, "background": True}) as answer:  # fmt: skip
+            for line in answer.iter_lines():
+                if line.startswith("data: {"):
+                    seen.append(json.loads(line[6:]))
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        response_id = wait_for(lambda: seen and seen[0]["response"]["id"])
+        wait_for(lambda: httpx.get(f"{url}/v1/responses/{response_id}").json()["status"] == "in_progress")
+        locker = threading.Thread(target=lambda: asyncio.run(_hold_row(database_url, response_id, holding, release)))
+        locker.start()
+        assert holding.wait(10)
+        wait_for(lambda: upstream.finished == 1 and any(e["type"] == "response.output_item.done" for e in seen),
+                 timeout=15)  # fmt: skip
+        follower.join(1)  # time for a terminal event to arrive, were it sent
+        assert seen[-1]["type"] == "response.output_item.done", "the end was sent before it was stored"
+        release.set()
+        locker.join(10)
+        follower.join(10)
+        assert seen[-1]["type"] == "response.completed"
+        assert httpx.get(f"{url}/v1/responses/{response_id}").json()["status"] == "completed"
+    finally:
+        release.set()
+        process.kill()
+        process.wait()
+
+
+async def _hold_row(database_url: str, response_id: str, holding: threading.Event, release: threading.Event) -> None:
+    """Lock the response's row as a writer does (`finish_response` waits for it) until `release`."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        async with connection.transaction():
+            await connection.execute("SELECT id FROM responses WHERE id = $1 FOR NO KEY UPDATE", response_id)
+            holding.set()
+            await asyncio.to_thread(release.wait)
+    finally:
+        await connection.close()
