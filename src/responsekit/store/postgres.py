@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 RECONNECT_DELAY = 1.0
 """Seconds between attempts to open the listening connection again."""
+LISTENER_NAME = "responsekit-listener"
+"""The listening connection's `application_name`, as `pg_stat_activity` shows it."""
 LIVENESS_INTERVAL = 5.0
 """Seconds between checks that the listening connection still answers (a peer that vanished
 without closing the connection, as after a network cut, is noticed by no event)."""
@@ -76,7 +78,7 @@ class PostgresDatabase:
         """Hold the listening connection open, opening it again whenever it drops."""
         while True:
             try:
-                connection = await asyncpg.connect(self._url)
+                connection = await asyncpg.connect(self._url, server_settings={"application_name": LISTENER_NAME})
             except (OSError, asyncpg.PostgresError) as error:
                 if not connected.done():
                     connected.set_exception(error)
