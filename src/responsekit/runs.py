@@ -1,9 +1,10 @@
 """Background responses: they run without their client, every event persisted.
 
 A run lives in the process that started it; clients (of this process or of another
-replica sharing the database) follow it through its events. A maintenance loop flushes
-events in small batches, renews each run's lease, carries out cancellations asked for on
-other replicas, and fails runs whose process died (their lease ran out).
+replica sharing the database) follow it through its events. Each run writes its new events
+as soon as it has some, at most once per FLUSH_INTERVAL (events arriving meanwhile go in
+the next batch). A maintenance loop renews each run's lease, carries out cancellations asked
+for on other replicas, and fails runs whose process died (their lease ran out).
 
 A follower on another replica reads the stored events, woken by the store's notification
 that they grew (PostgreSQL `LISTEN/NOTIFY`), with a slow poll in case one is missed (issue 17).
@@ -29,6 +30,8 @@ from .store import Store
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.05
+"""The shortest time between two writes of a run's events: a slow stream's events are written
+one by one as they come, a fast one's in batches, at most 20 transactions a second a run."""
 POLL_INTERVAL = 0.1
 """How often a follower reads a run of another process from a store that does not notify across processes."""
 SAFETY_POLL_INTERVAL = 2.0
@@ -70,6 +73,7 @@ class Run:
         """Cancelled because the server is shutting down, not by a client."""
         self.task: asyncio.Task[None] | None = None
         self.lock = asyncio.Lock()
+        self.unflushed = asyncio.Event()
         self._changed = asyncio.Event()
 
     def publish(self, event: dict[str, Any]) -> None:
@@ -78,6 +82,7 @@ class Run:
             self.terminal = len(self.frames)
         self.frames.append(sse_frame(event["type"], text))
         self.pending.append((event["sequence_number"], text))
+        self.unflushed.set()
         self._changed.set()
 
     def close(self) -> None:
@@ -138,9 +143,11 @@ class Runs:
         run = self._runs[response_id] = Run(response_id)
 
         async def main() -> None:
+            flushing = asyncio.create_task(self._flush_while_running(run))
             try:
                 await execute(run)
             finally:
+                flushing.cancel()  # the run is finishing: its end wrote the last events
                 run.close()
                 self._runs.pop(response_id, None)
 
@@ -165,11 +172,26 @@ class Runs:
         else:
             await self.store.request_cancel(owner, response_id)
 
-    async def flush(self, run: Run) -> None:
+    async def _flush_while_running(self, run: Run) -> None:
+        while True:
+            await run.unflushed.wait()
+            run.unflushed.clear()
+            try:
+                await self._flush(run)
+            except Exception:
+                log.exception("writing the events of background response %s failed; retrying", run.response_id)
+                run.unflushed.set()
+            await asyncio.sleep(FLUSH_INTERVAL)
+
+    async def _flush(self, run: Run) -> None:
         async with run.lock:
             if run.pending and not run.finishing:
                 events, run.pending = run.pending, []
-                await self.store.append_events(run.response_id, events)
+                try:
+                    await self.store.append_events(run.response_id, events)
+                except BaseException:
+                    run.pending[:0] = events  # not written: they go with the next batch, or the run's end
+                    raise
 
     async def follow(self, response_id: str, after: int) -> AsyncIterator[bytes]:
         """Frames after `after` until the terminal one: from this process's run, or from the store."""
@@ -196,24 +218,19 @@ class Runs:
                         await asyncio.wait_for(changed.wait(), poll)
 
     async def _maintain(self) -> None:
-        last_lease = last_expiry = time.monotonic()
+        """Every third of a lease: renew this process's leases, carry out cancellations asked
+        elsewhere, and fail runs whose lease ran out (so within 4/3 of a lease of their
+        process's death, plus a second: leases are whole seconds)."""
         while True:
-            await asyncio.sleep(FLUSH_INTERVAL)
+            await asyncio.sleep(self.lease_seconds / 3)
             try:
-                for run in list(self._runs.values()):
-                    await self.flush(run)
-                now = time.monotonic()
-                if now - last_lease > self.lease_seconds / 3:
-                    last_lease = now
-                    ids = list(self._runs)
-                    await self.store.renew_leases(ids, self.lease_until())
-                    for response_id in await self.store.cancel_requested(ids):
-                        run = self._runs.get(response_id)
-                        if run and run.task and not run.finishing:
-                            run.task.cancel()
-                if now - last_expiry > self.lease_seconds / 3:
-                    last_expiry = now
-                    await self._expire_dead_runs()
+                ids = list(self._runs)
+                await self.store.renew_leases(ids, self.lease_until())
+                for response_id in await self.store.cancel_requested(ids):
+                    run = self._runs.get(response_id)
+                    if run and run.task and not run.finishing:
+                        run.task.cancel()
+                await self._expire_dead_runs()
             except Exception:
                 log.exception("background maintenance failed; retrying")
 
