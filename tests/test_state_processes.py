@@ -198,3 +198,47 @@ async def _hold_row(database_url: str, response_id: str, holding: threading.Even
             await asyncio.to_thread(release.wait)
     finally:
         await connection.close()
+
+
+@pytest.mark.parametrize("database_url", [d for d in DATABASES if d == "postgres"], indirect=True)
+def test_a_replica_stalled_past_its_lease_gives_its_run_up(upstream, database_url):
+    """A replica that stops (SIGSTOP: a frozen machine, a long pause) for longer than a lease has
+    its background run failed by another (issue 17). Once it runs again it stops that run rather
+    than write over the end, and a client it was streaming the run to gets the stored end."""
+    upstream.time_scale = 1.0
+    upstream.push(slow_exchange(400, 0.02))
+    first, url_a = replica(upstream, database_url)
+    second, url_b = replica(upstream, database_url)
+    seen: list[dict] = []
+
+    def follow() -> None:
+        with httpx.stream("POST", f"{url_a}/v1/responses", timeout=30,
+                          json={"model": "test-model", "input": "x", "stream": True, "background": True}) as answer:  # fmt: skip
+            for line in answer.iter_lines():
+                if line.startswith("data: {"):
+                    seen.append(json.loads(line[6:]))
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        wait_for(lambda: len(seen) > 20)
+        response_id = seen[0]["response"]["id"]
+        first.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: httpx.get(f"{url_b}/v1/responses/{response_id}").json()["status"] == "failed", timeout=10)
+        except AssertionError:
+            print(output(second))
+            raise
+        finally:
+            first.send_signal(signal.SIGCONT)
+        follower.join(15)
+        assert not follower.is_alive(), "the stream on the stalled replica ended"
+        assert seen[-1]["type"] == "response.failed" and seen[-1]["response"]["id"] == response_id
+        wait_for(lambda: upstream.cancelled == 1, timeout=10)  # it stopped generating
+        stored = httpx.get(f"{url_a}/v1/responses/{response_id}").json()
+        assert stored["status"] == "failed" and stored["error"]["code"] == "server_error"
+    finally:
+        first.send_signal(signal.SIGCONT)
+        for process in (first, second):
+            process.kill()
+            process.wait()

@@ -196,17 +196,25 @@ class Runs:
     async def follow(self, response_id: str, after: int) -> AsyncIterator[bytes]:
         """Frames after `after` until the terminal one: from this process's run, or from the store."""
         run = self._runs.get(response_id)
+        ahead = False
         if run is not None:
             async for frame in run.follow(after):
                 yield frame
                 after += 1
             if run.stored:
                 return
+            # Its end was not stored here (the write failed, or another replica ended it when
+            # this process stalled past its lease): the stored end may be numbered from the
+            # last events stored, before some this follower got from memory.
+            ahead = True
         poll = SAFETY_POLL_INTERVAL if self.store.notified_across_processes else POLL_INTERVAL
         with self.store.watch(response_id) as changed:
             while True:
                 changed.clear()
                 rows = await self.store.events_after(response_id, after)
+                if not rows and ahead:
+                    stored = await self.store.events_after(response_id, -1)
+                    rows = [row for row in stored[-1:] if json.loads(row[1])["type"] in TERMINAL]
                 for sequence, text in rows:
                     kind = json.loads(text)["type"]
                     yield sse_frame(kind, text)
@@ -218,15 +226,15 @@ class Runs:
                         await asyncio.wait_for(changed.wait(), poll)
 
     async def _maintain(self) -> None:
-        """Every third of a lease: renew this process's leases, carry out cancellations asked
-        elsewhere, and fail runs whose lease ran out (so within 4/3 of a lease of their
+        """Every third of a lease: renew this process's leases, stop its runs that were cancelled
+        or ended elsewhere, and fail runs whose lease ran out (so within 4/3 of a lease of their
         process's death, plus a second: leases are whole seconds)."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 ids = list(self._runs)
                 await self.store.renew_leases(ids, self.lease_until())
-                for response_id in await self.store.cancel_requested(ids):
+                for response_id in await self.store.runs_to_stop(ids):
                     run = self._runs.get(response_id)
                     if run and run.task and not run.finishing:
                         run.task.cancel()

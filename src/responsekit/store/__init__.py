@@ -59,7 +59,11 @@ class DuplicateItem(ValueError):
 class Store:
     def __init__(self, database: Database) -> None:
         self.database = database
-        self._for_update = " FOR UPDATE" if database.dialect == "postgres" else ""
+        postgres = database.dialect == "postgres"
+        self._for_update = " FOR UPDATE" if postgres else ""
+        # A response's end locks its row against other ends only: not against the key-share
+        # locks of event inserts, which a stalled replica may hold (issue 17).
+        self._for_ending = " FOR NO KEY UPDATE" if postgres else ""
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self.notified_across_processes = database.shared_notifications
         """Whether `watch` hears of events written by other processes (else only of this one's)."""
@@ -126,7 +130,7 @@ class Store:
         """
         with tracing.span("store finish_response", {"db.operation.name": "finish_response"}):
             async with self.database.transaction() as db:
-                row = await db.fetchrow(f"SELECT status FROM responses WHERE id = ?{self._for_update}", response["id"])
+                row = await db.fetchrow(f"SELECT status FROM responses WHERE id = ?{self._for_ending}", response["id"])
                 if row is None or row[0] not in RUNNING:
                     return False
                 inputs = [
@@ -284,12 +288,15 @@ class Store:
             "UPDATE responses SET cancel_requested = TRUE WHERE id = ? AND owner = ?", response_id, owner
         )
 
-    async def cancel_requested(self, response_ids: list[str]) -> set[str]:
+    async def runs_to_stop(self, response_ids: list[str]) -> set[str]:
+        """Those of these running responses that a client cancelled on another replica, or that
+        another replica ended (it marked them failed when this process stalled past their lease)."""
         if not response_ids:
             return set()
         marks = ", ".join("?" for _ in response_ids)
         rows = await self.database.fetch(
-            f"SELECT id FROM responses WHERE cancel_requested AND id IN ({marks})", *response_ids
+            f"SELECT id FROM responses WHERE (cancel_requested OR status NOT IN (?, ?)) AND id IN ({marks})",
+            *RUNNING, *response_ids,
         )
         return {row[0] for row in rows}
 
