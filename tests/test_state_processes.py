@@ -35,8 +35,10 @@ def replica(upstream, database_url: str, **env: str):
 def test_two_replicas_share_responses_and_streams(upstream, database_url):
     upstream.time_scale = 1.0
     upstream.push(slow_exchange(60, 0.03), slow_exchange(400, 0.05))
-    first, url_a = replica(upstream, database_url)
-    second, url_b = replica(upstream, database_url)
+    # Leases so long that no maintenance round runs during the test: a cancellation asked on B
+    # reaches A by notification alone (issue 17).
+    first, url_a = replica(upstream, database_url, RESPONSEKIT_LEASE_SECONDS="120")
+    second, url_b = replica(upstream, database_url, RESPONSEKIT_LEASE_SECONDS="120")
     try:
         seen: list[dict] = []
         with httpx.stream("POST", f"{url_a}/v1/responses",

@@ -116,7 +116,14 @@ class Runs:
 
     async def start(self) -> None:
         await self._expire_dead_runs()
+        await self.store.on_cancel(self._cancel_asked)
         self._maintenance = asyncio.create_task(self._maintain())
+
+    def _cancel_asked(self, response_id: str | None) -> None:
+        """A client asked another replica to cancel a run; if it runs here, it stops now."""
+        run = self._runs.get(response_id) if response_id else None
+        if run and run.task and not run.finishing:
+            run.task.cancel()
 
     async def stop(self, timeout: float) -> None:
         """Give running responses `timeout` seconds to finish; the rest end as failed."""
@@ -227,7 +234,7 @@ class Runs:
 
     async def _maintain(self) -> None:
         """Every third of a lease: renew this process's leases, stop its runs that were cancelled
-        or ended elsewhere, and fail runs whose lease ran out (so within 4/3 of a lease of their
+        (in case the notification was lost) or ended elsewhere, and fail runs whose lease ran out (so within 4/3 of a lease of their
         process's death, plus a second: leases are whole seconds)."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)

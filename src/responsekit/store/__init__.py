@@ -17,12 +17,14 @@ from typing import Any, Literal
 
 from .. import tracing
 from ..jsontext import json_utf8
-from .database import Connection, Database
+from .database import Connection, Database, Listener
 from .migrations import migrate
 
 RUNNING = ("queued", "in_progress")
 EVENTS_CHANNEL = "responsekit_events"
 """Notified with a background response's id when its stored events grow (issue 17)."""
+CANCEL_CHANNEL = "responsekit_cancel"
+"""Notified with a background response's id when a client asks to cancel it (issue 17)."""
 
 
 @dataclass(slots=True)
@@ -284,9 +286,17 @@ class Store:
     # --- running background responses ----------------------------------------------------
 
     async def request_cancel(self, owner: str, response_id: str) -> None:
-        await self.database.execute(
-            "UPDATE responses SET cancel_requested = TRUE WHERE id = ? AND owner = ?", response_id, owner
-        )
+        """Mark the response to be cancelled, and tell the replica running it (`on_cancel`)."""
+        async with self.database.transaction() as db:
+            await db.execute(
+                "UPDATE responses SET cancel_requested = TRUE WHERE id = ? AND owner = ?", response_id, owner
+            )
+            await db.notify(CANCEL_CHANNEL, response_id)
+
+    async def on_cancel(self, listener: Listener) -> None:
+        """Call `listener` with the id of each response a client asks to cancel (None: some
+        requests may have been missed; `runs_to_stop` finds them)."""
+        await self.database.listen(CANCEL_CHANNEL, listener)
 
     async def runs_to_stop(self, response_ids: list[str]) -> set[str]:
         """Those of these running responses that a client cancelled on another replica, or that
