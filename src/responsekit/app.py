@@ -40,7 +40,7 @@ class Gateway(FastAPI):
     a bug's 500 itself (user middleware sits inside it), so that answer carries its id too."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return RequestIds(super().build_middleware_stack())
+        return RequestIds(super().build_middleware_stack(), self.state.metrics)
 
 
 def create_app(settings: Settings) -> FastAPI:

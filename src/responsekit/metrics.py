@@ -74,6 +74,9 @@ class Metrics:
         self.requests = Counter("responsekit_requests", "Generation requests by route, model and status (HTTP status "
                                 "a non-streaming client gets; 499: the client left).", ["route", "model", "status"],
                                 registry=registry)  # fmt: skip
+        self.http = Counter("responsekit_http_requests", "Every HTTP answer by method, route template and status: "
+                            "requests refused before any engine (400, 401, 404, 413…) included; `unmatched` for "
+                            "paths no route serves.", ["method", "route", "status"], registry=registry)  # fmt: skip
         self.streams = Gauge("responsekit_streams_in_flight", "Streamed generations being sent.", registry=registry)
         self.engine_errors = Counter("responsekit_engine_errors", "Engine faults by upstream and kind (refused, dropped, "
                                      "timeout, rate_limited, server_error, malformed).", ["upstream", "kind"],
@@ -93,6 +96,10 @@ class Metrics:
     def observation(self, route: str, stream: bool) -> Observation:
         """A generation request that arrived now on `route` (a template such as `/v1/responses`)."""
         return Observation(self, route, stream)
+
+    def answered(self, method: str, route: str | None, status: int | None) -> None:
+        """One HTTP answer (`api/request_ids.py`); `status` None: the client left before any."""
+        self.child(self.http, method, route or "unmatched", CLIENT_LEFT if status is None else str(status)).inc()
 
     def model_label(self, model: str) -> str:
         return model if self.serves(model) else "other"
