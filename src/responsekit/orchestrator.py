@@ -261,8 +261,17 @@ class Orchestrator:
 
     # --- generation ---------------------------------------------------------------------
 
-    async def canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
-        """The response's canonical events: generations, with server-run tools in between.
+    def canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """The response's canonical events: generations, with server-run tools in between."""
+        if tracing.active is None:
+            return self._canonical(prepared)
+        attributes = {"gen_ai.request.model": prepared.generation.model, "gen_ai.response.id": prepared.response["id"]}
+        if prepared.request.conversation_id:
+            attributes["gen_ai.conversation.id"] = prepared.request.conversation_id
+        return tracing.orchestrate(self._canonical(prepared), attributes)
+
+    async def _canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """Generations, with server-run tools in between.
 
         When the model calls a tool this server runs (file_search, MCP), the call is run,
         its result goes to the renderer and, with the call, back to the model in a next
