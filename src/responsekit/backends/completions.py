@@ -23,7 +23,14 @@ from ..grammars import Grammar
 from ..jsontext import json_utf8
 from ..record import Recorder, Recording
 from ..templates import ChatTemplate, TemplateError, load_template
-from .chat_upstream import JSON_HEADERS, ChatUpstream, SSEPayloads, error_answer, transport_error
+from .chat_upstream import (
+    JSON_HEADERS,
+    ChatUpstream,
+    SSEPayloads,
+    error_answer,
+    timeout_error,
+    transport_error,
+)
 from .prompting import ModelPrompting, Plan, text_chunk
 
 log = logging.getLogger(__name__)
@@ -192,8 +199,8 @@ class CompletionsUpstream(ChatUpstream):
                         yield event
                 for event in translator.finish():
                     yield event
-        except httpx.TimeoutException:
-            yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
+        except httpx.TimeoutException as exc:
+            yield timeout_error(self.name, self.config.timeout, exc)
         except httpx.HTTPError as exc:
             yield transport_error(self.name, exc)
 
