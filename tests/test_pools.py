@@ -213,6 +213,30 @@ def test_stateless_replays_follow_their_prefix(pair, tmp_path):
     assert {members[0] for members in served.values()} == {"a", "b"}  # the first turns spread
 
 
+def test_a_key_moves_off_its_member_while_that_member_is_overloaded(pair, tmp_path):
+    """Bounded load over HTTP: three long streams of one key hold its member (3 in flight, the
+    pool's average 1.5, the bound 2.875), so the key's next request goes to the other member."""
+    a, b = pair
+    for engine, name in ((a, "a"), (b, "b")):
+        engine.time_scale = 1.0
+        engine.responder = lambda body, name=name: (
+            slow_exchange(60, 0.1) if "slow" in json.dumps(body) else text_exchange(f"Served by {name}.")
+        )
+    with _gateway(tmp_path, *_upstreams(a, b)) as url:
+
+        def slow(n: int) -> None:
+            httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+                "model": MODEL, "prompt_cache_key": "hot", "messages": [{"role": "user", "content": f"slow {n}"}]})  # fmt: skip
+
+        for n in range(3):
+            threading.Thread(target=slow, args=(n,), daemon=True).start()
+            wait_for(lambda n=n: len(a.requests) + len(b.requests) == n + 1)
+        home = a if a.requests else b
+        assert len(home.requests) == 3  # the key's member took its first three
+        moved = _chat(url, "A quick one", prompt_cache_key="hot")
+    assert moved == ("b" if home is a else "a")
+
+
 # --- the balancer, as a unit --------------------------------------------------------------
 
 
