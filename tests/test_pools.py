@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from .harness import (
     text_exchange,
     wait_for,
 )
+from .test_completions_backend import ScriptedCompletions
 
 MODEL = "test-model"
 
@@ -345,3 +346,23 @@ def test_a_stream_that_began_is_never_retried(pair, tmp_path):
             response = check_stream(read_sse(r.iter_lines())[0])
     assert response["status"] == "failed" and response["output_text"].startswith("Part of")
     assert sum(len(engine.requests) for engine in pair) == 1
+
+
+def test_a_dead_completions_member_is_passed_over_before_its_template_is_asked(tmp_path, unused_port):
+    """An `api = "completions"` member first asks the engine for its template (`/props`): an engine
+    that went away fails over there like one that refuses the generation."""
+    live, dying = ScriptedCompletions("llamacpp"), ScriptedCompletions("llamacpp")
+    with serve(live.app) as live_url, ExitStack() as stack:
+        stack.enter_context(serve(dying.app, unused_port))
+        upstreams = [UpstreamConfig(name="dying", base_url=f"http://127.0.0.1:{unused_port}/v1", api="completions",
+                                    kind="llamacpp", pool="raw"),
+                     UpstreamConfig(name="live", base_url=f"{live_url}/v1", api="completions", kind="llamacpp",
+                                    pool="raw")]  # fmt: skip
+        with _gateway(tmp_path, *upstreams, balance="round_robin") as url:
+            stack.close()  # it listed its models, then went away
+            answers = [httpx.post(f"{url}/v1/responses", json={"model": "tiny", "input": f"Hi {n}"}, timeout=30).json()
+                       for n in range(4)]  # fmt: skip
+            dying_state = next(e for e in httpx.get(f"{url}/health").json()["upstreams"] if e["name"] == "dying")
+    assert [answer["output_text"] for answer in answers] == ["Hello there"] * 4
+    assert len(live.requests) == 4 and not dying.requests
+    assert dying_state["state"] == "cooling"

@@ -63,11 +63,12 @@ class CompletionsUpstream(ChatUpstream):
         return found
 
     async def _engine_template(self, model: str) -> ChatTemplate:
+        """The engine's template; an engine that cannot be reached raises httpx's error."""
         root = self.config.base_url.removesuffix("/v1")
+        answer = await self._client.get(f"{root}/props", params={"model": model})
         try:
-            answer = await self._client.get(f"{root}/props", params={"model": model})
             props = answer.json() if answer.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError):
+        except ValueError:
             props = {}
         source = props.get("chat_template") if isinstance(props, dict) else None
         if not isinstance(source, str) or not source:
@@ -116,7 +117,7 @@ class CompletionsUpstream(ChatUpstream):
         """Exact: the rendered prompt tokenized by the engine; else estimated."""
         try:
             prompting = await self.prompting(request.model)
-        except TemplateError:  # the engine tells no template: count as a chat engine would
+        except (TemplateError, httpx.HTTPError):  # no template known: count as a chat engine would
             return await super().count_tokens(request)
         prompt = prompting.prompt_or_raise(request)
         count = await self._tokenized(prompt, request.model)
@@ -159,6 +160,9 @@ class CompletionsUpstream(ChatUpstream):
             plan = (await self.prompting(request.model)).plan(request)
         except TemplateError as exc:
             yield Error("server_error", str(exc), 502)
+            return
+        except httpx.HTTPError as exc:  # not even its template came: another pool member may answer (issue 17)
+            yield transport_error(self.name, exc)
             return
         if isinstance(plan, Error):
             yield plan
