@@ -24,7 +24,7 @@ from .api.responses import routes as responses
 from .backends.router import ModelRouter
 from .config import Settings
 from .files.service import VectorStores
-from .metrics import Metrics, ScrapeTime
+from .metrics import Metrics, PoolMembers, ScrapeTime
 from .orchestrator import Orchestrator
 from .outbound import UrlPolicy
 from .record import Recorder
@@ -64,6 +64,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.vector_stores = await VectorStores.open(settings, store.database)
         if metrics is not None:
             metrics.registry.register(ScrapeTime(runs.states, app.state.vector_stores.ingestor.queue))
+            metrics.registry.register(PoolMembers(router.members))
         await app.state.vector_stores.start()
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)

@@ -9,7 +9,8 @@ The gateway's overhead is benchmarked, so a generation is observed once: `render
 its `Observation` the first output token (once), each `Usage` and the `Error`, and the
 observation writes its samples when the generation ends. Label children are cached, since
 `labels()` costs more than the sample it finds. Background runs and the ingestion queue are
-read when scraped (`ScrapeTime`), costing nothing between scrapes.
+read when scraped (`ScrapeTime`), costing nothing between scrapes, and so are the members of
+engine pools (`PoolMembers`, issue 17), labelled by their configured upstream names.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .events import Error, Event, ReasoningDelta, RefusalDelta, TextDelta, ToolCallStart, Usage
@@ -250,3 +251,28 @@ class ScrapeTime(Collector):
         for state, count in self.ingestion().items():
             queue.add_metric([state], count)
         yield queue
+
+
+class PoolMembers(Collector):
+    """Each pool member's state, read when scraped (issue 17): whether it takes requests (0 while
+    it cools down after failing), its requests in flight, and its failures."""
+
+    def __init__(self, members: Callable[[], list[Any]]) -> None:
+        self.members = members
+        """The router's `members()`: objects with `name` and `state()`."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        healthy = GaugeMetricFamily("responsekit_upstream_healthy", "1 while a pool member takes requests, 0 while "
+                                    "it cools down after failing.", labels=["upstream"])  # fmt: skip
+        in_flight = GaugeMetricFamily("responsekit_upstream_in_flight", "Requests a pool member is generating.",
+                                      labels=["upstream"])  # fmt: skip
+        failures = CounterMetricFamily("responsekit_upstream_failures", "Failures of a pool member (refused, reset, "
+                                       "502/503, timed out, failed probes).", labels=["upstream"])  # fmt: skip
+        for member in self.members():
+            state = member.state()
+            healthy.add_metric([member.name], 1 if state["state"] == "healthy" else 0)
+            in_flight.add_metric([member.name], state["in_flight"])
+            failures.add_metric([member.name], state["failures"])
+        yield healthy
+        yield in_flight
+        yield failures

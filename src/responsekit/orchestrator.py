@@ -111,6 +111,19 @@ class Prepared:
         return self.history + self.inputs + self.response["output"]
 
 
+def _affinity_key(request: ResponseRequest, history: list[dict[str, Any]]) -> str | None:
+    """What ties this request to the earlier ones an engine may still cache (issue 17): the
+    client's `prompt_cache_key`, else its conversation, else its `previous_response_id` chain,
+    named by the chain's first item (the same for every turn of the chain)."""
+    if request.generation.prompt_cache_key:
+        return f"prompt_cache_key:{request.generation.prompt_cache_key}"
+    if request.conversation_id:
+        return f"conversation:{request.conversation_id}"
+    if request.previous_response_id and history and history[0].get("id"):
+        return f"chain:{history[0]['id']}"
+    return None
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -153,6 +166,7 @@ class Orchestrator:
             messages=self._messages(request, toolset, items),
             tools=tools,
             parallel_tool_calls=request.generation.parallel_tool_calls if tools else None,
+            affinity_key=_affinity_key(request, history),
         )
         renderer = request.renderer(toolset)
         for item in server_tools.ready_items:
