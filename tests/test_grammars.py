@@ -77,6 +77,14 @@ def test_dsml_marks_which_values_are_raw_text() -> None:
     assert '"<｜DSML｜parameter name=\\"days\\" string=\\"false\\">" args0-1' in grammar.gbnf
 
 
+@pytest.mark.parametrize(("fmt", "block"), [("deepseek_v3_2_dsml", "function_calls"), ("deepseek_v4_dsml", "tool_calls")])
+def test_each_dsml_version_writes_the_block_its_template_writes(fmt: str, block: str) -> None:
+    grammar = grammars.forced_calls(fmt, TOOLS[:1], parallel=False, thinking_open=False, may_think=False)
+    assert grammar is not None and grammars.SYNTAXES[fmt].trigger == f"<｜DSML｜{block}>"
+    assert grammars.literal(f'<｜DSML｜{block}>\n<｜DSML｜invoke name="get_weather">\n') in grammar.gbnf
+    assert grammars.literal(f"</｜DSML｜invoke>\n</｜DSML｜{block}>") in grammar.gbnf
+
+
 def test_a_format_without_a_call_syntax_has_no_grammar() -> None:
     assert grammars.forced_calls("pythonic", TOOLS, parallel=False, thinking_open=False, may_think=False) is None
 
