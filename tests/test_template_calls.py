@@ -73,10 +73,7 @@ AWAITING_DERIVED_PARSER = {
 """Strictly expected to fail until the derived parser lands; then each XPASS fails the run
 and the template leaves this set."""
 
-HAND_WRITTEN_FORMAT_GAPS = {
-    "deepseek-ai-DeepSeek-V4": "deepseek_v3_2_dsml is picked by `｜DSML｜`, but V4 names its block "
-    "`<｜DSML｜tool_calls>` (V3.2: `function_calls`): the call is read, the block's markers come back as text",
-}
+HAND_WRITTEN_FORMAT_GAPS: dict[str, str] = {}
 """Failures of a hand-written format that matches the template's markers (so the derived
 parser, which only applies where none matches, will not change them), strictly expected."""
 
