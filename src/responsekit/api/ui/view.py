@@ -26,13 +26,15 @@ def text_of(content: Any) -> str:
 
 
 def preview(listed: dict[str, Any], length: int = 120) -> str:
-    """One line for the list: a response's output text (else its first output item's kind), a
-    conversation's metadata."""
+    """One line for the list: a response's output text (else its error, else its output items'
+    kinds), a conversation's metadata."""
     body = listed["body"]
     if listed["kind"] == "conversation":
         return ", ".join(f"{key}={value}" for key, value in body.items()) if isinstance(body, dict) else ""
     texts = [text_of(item.get("content")) for item in body.get("output") or () if item.get("type") == "message"]
     text = " ".join(" ".join(texts).split())
+    if not text and isinstance(body.get("error"), dict):
+        text = str(body["error"].get("message") or "")
     if not text:
         kinds = [str(item.get("type")) for item in body.get("output") or ()]
         text = ", ".join(kinds)
