@@ -352,3 +352,34 @@ def test_the_inspector_listing_and_inspected_response(database_url):
             await store.close()
 
     asyncio.run(main())
+
+
+def test_migration_4_fills_in_the_model_and_order_of_earlier_responses(database_url, monkeypatch):
+    """Responses stored before the inspector (schema 3) are listed and filtered by model too."""
+    import asyncio
+
+    from responsekit.store import Store, migrations
+
+    every = migrations.MIGRATIONS
+
+    async def main() -> None:
+        monkeypatch.setattr(migrations, "MIGRATIONS", every[:3])
+        store = await Store.open(database_url)
+        body = {"id": "resp_old", "object": "response", "created_at": 1234, "status": "completed",
+                "model": "old-model", "background": False, "output": []}  # fmt: skip
+        await store.database.execute(
+            "INSERT INTO responses (id, owner, created_at, status, background, body) VALUES (?, ?, ?, ?, ?, ?)",
+            "resp_old", "alice", 1234, "completed", False, json.dumps(body),
+        )  # fmt: skip
+        await store.close()
+        monkeypatch.setattr(migrations, "MIGRATIONS", every)
+        store = await Store.open(database_url)
+        try:
+            assert await store.models("alice") == ["old-model"]
+            (row,) = (await store.listing("alice", model="old-model")).data
+            assert row["id"] == "resp_old" and row["cursor"] == (1234, 1234000, "resp_old")
+            assert (await store.inspected("alice", "resp_old")).timeline is None
+        finally:
+            await store.close()
+
+    asyncio.run(main())

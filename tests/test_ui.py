@@ -19,17 +19,18 @@ import uvicorn
 
 from responsekit.app import create_app
 
+from .conftest import DATABASES
 from .harness import serve, text_exchange, wait_for
 
 CHROMIUM = Path("/usr/bin/chromium")
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (`make test` installs it)"
-)
 
-
-@pytest.fixture(scope="module")
+@pytest.fixture
 def browser() -> Iterator[object]:
+    """Chromium for one test: Playwright's synchronous API holds an event loop on this thread while
+    it runs, which other fixtures' `asyncio.run` (a PostgreSQL database's creation) cannot share."""
+    if not CHROMIUM.exists():
+        pytest.skip("needs Debian's chromium at /usr/bin/chromium (`make test` installs it)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -194,3 +195,28 @@ def test_without_keys_it_answers_loopback_clients_only(upstream, settings):
         server.should_exit = True
         thread.join(10)
 
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_bad_input_is_a_4xx_page_never_a_500(server):
+    """Filters, cursors and ids no database holds (a NUL, a lone surrogate) or no column fits."""
+    for path, status in [
+        ("/ui?model=%00", 200), ("/ui?model=%ED%A0%80", 200), ("/ui?status=bogus&kind=zzz", 200),
+        ("/ui?before=1.2.%00", 200), ("/ui?before=1.2.%ED%A0%80", 200),
+        ("/ui?before=99999999999999999999.1.resp_x", 400), ("/ui?before=nonsense", 400),
+        ("/ui/responses/%00", 404), ("/ui/responses/%ED%A0%80", 404), ("/ui/conversations/%00", 404),
+        ("/ui/responses/resp_x/events?after=abc", 400), ("/ui/responses/resp_x/events", 404),
+        ("/ui/static/missing.js", 404),
+    ]:  # fmt: skip
+        assert httpx.get(f"{server.url}{path}").status_code == status, path
+    server.upstream.push(text_exchange("held"))
+    run = create(server.url, input="x", background=True).json()
+    wait_for(lambda: httpx.get(f"{server.base_url}/responses/{run['id']}").json()["status"] == "completed")
+    # Past any sequence number an events column holds: nothing more, not a database error.
+    beyond = httpx.get(f"{server.url}/ui/responses/{run['id']}/events", params={"after": 10**20})
+    assert beyond.status_code == 200 and beyond.text == "data: [DONE]\n\n"
+    # So does the API's resume stream, which read the store for ever (a hang) before.
+    resumed = httpx.get(f"{server.base_url}/responses/{run['id']}", params={"stream": "true", "starting_after": 100})
+    assert resumed.status_code == 200 and resumed.text == "data: [DONE]\n\n"
+    too_far = httpx.get(f"{server.base_url}/responses/{run['id']}", params={"stream": "true", "starting_after": 2**31})
+    assert too_far.status_code == 400

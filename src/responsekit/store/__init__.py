@@ -286,6 +286,11 @@ class Store:
             marks = ", ".join("?" for _ in response_ids)
             await self.database.execute(f"UPDATE responses SET lease_until = ? WHERE id IN ({marks})", until, *response_ids)
 
+    async def running(self, response_id: str) -> bool:
+        """Whether a background response is still queued or in progress (False: finished, or gone)."""
+        row = await self.database.fetchrow("SELECT status FROM responses WHERE id = ?", response_id)
+        return row is not None and row[0] in RUNNING
+
     async def expired_runs(self, now: int) -> list[dict[str, Any]]:
         """Background responses whose runner stopped renewing its lease (it crashed or was killed)."""
         rows = await self.database.fetch(

@@ -32,6 +32,10 @@ static = StaticFiles(directory=Path(__file__).parent / "static")
 """The stylesheet and the live script, mounted at `/ui/static` by `app.py`."""
 
 PAGE_SIZE = 50
+BIGINT = 2**63
+"""A cursor's numbers are BIGINT columns: larger ones are no cursor of ours."""
+SEQUENCE_MAX = 2**31 - 1
+"""Events' sequence numbers are INTEGER columns."""
 HEADERS = {
     # Model output is shown on these pages: escaped by the templates, and no inline script may run.
     "content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
@@ -89,7 +93,7 @@ async def listing(request: Request) -> Response:
     if cursor := query.get("before"):
         created, _, rest = cursor.partition(".")
         stored, _, last_id = rest.partition(".")
-        if not (created.isdigit() and stored.isdigit() and last_id and len(created + stored) < 30):
+        if not (created.isdigit() and stored.isdigit() and last_id and int(created) < BIGINT and int(stored) < BIGINT):
             return page("message.html", 400, title="Bad page", message="This page's `before` cursor is malformed.")
         before = (int(created), int(stored), last_id)
     store = _store(request)
@@ -170,7 +174,7 @@ async def live_events(request: Request, response_id: str, after: int = -1) -> Re
     runs: Runs = request.app.state.orchestrator.runs
 
     async def frames() -> Any:
-        async for frame in runs.follow(response_id, max(after, -1)):
+        async for frame in runs.follow(response_id, min(max(after, -1), SEQUENCE_MAX)):
             yield frame
         yield SSE_DONE
 
