@@ -311,10 +311,13 @@ def test_the_inspector_listing_and_inspected_response(database_url):
     async def main() -> None:
         store = await Store.open(database_url)
         try:
+            # Within one second, rows are listed in the order they were stored (to the millisecond).
             await store.save_response("alice", response(1, 999, "m1", "completed"), said(1), request_id="req_1",
                                       timeline=timeline)  # fmt: skip
             await store.save_response("alice", response(2, 1000, "m2", "failed", "resp_1"), said(2))
+            await asyncio.sleep(0.002)
             await store.create_conversation("alice", {"id": "conv_3", "created_at": 1000, "metadata": {"k": "v"}}, [])
+            await asyncio.sleep(0.002)
             await store.start_response("alice", response(4, 1000, "m1", "in_progress", "resp_2"), said(4), 2000)
             await store.save_response("bob", response(5, 1001, "m1", "completed"), said(5))
 

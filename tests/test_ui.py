@@ -8,6 +8,7 @@ while the page is open, and the login a server with API keys asks for.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -220,3 +221,33 @@ def test_bad_input_is_a_4xx_page_never_a_500(server):
     assert resumed.status_code == 200 and resumed.text == "data: [DONE]\n\n"
     too_far = httpx.get(f"{server.base_url}/responses/{run['id']}", params={"stream": "true", "starting_after": 2**31})
     assert too_far.status_code == 400
+
+
+def test_a_run_that_lost_its_timeline_shows_its_stored_events(server, database_url):
+    """A background run its server did not see end (it died; another replica failed the run) has
+    no timeline: its page lists the events stored as it ran, deltas folded, without times."""
+    import asyncio
+
+    from responsekit.store import Store
+
+    response = {"id": "resp_lost", "object": "response", "created_at": 1, "status": "in_progress",
+                "model": "test-model", "background": True, "output": []}  # fmt: skip
+    events = [
+        {"type": "response.created", "sequence_number": 0, "response": response},
+        *({"type": "response.output_text.delta", "sequence_number": n, "output_index": 0, "delta": "x"}
+          for n in (1, 2, 3)),
+        {"type": "response.failed", "sequence_number": 4, "response": {**response, "status": "failed"}},
+    ]  # fmt: skip
+
+    async def lose() -> None:
+        store = await Store.open(database_url)
+        try:
+            await store.start_response("", response, [], lease_until=0)
+            await store.append_events("resp_lost", [(e["sequence_number"], json.dumps(e)) for e in events[:-1]])
+            await store.finish_response({**response, "status": "failed"}, [(4, json.dumps(events[-1]))])
+        finally:
+            await store.close()
+
+    asyncio.run(lose())
+    page = httpx.get(f"{server.url}/ui/responses/resp_lost").text
+    assert "No times were kept" in page and "response.output_text.delta" in page and "×3 on item 0" in page

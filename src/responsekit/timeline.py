@@ -29,7 +29,7 @@ class Timeline:
         self.duration: float | None = None
 
     def saw(self, event: dict[str, Any]) -> None:
-        at = round(time.monotonic() - self._start, 4)
+        at = time.monotonic() - self._start
         kind: str = event["type"]
         if kind.endswith(".delta"):
             run = self._run
@@ -59,10 +59,15 @@ class Timeline:
             self.duration = at
 
     def record(self) -> dict[str, Any]:
-        """What is stored: the entries, when the response started, its time to first token and duration."""
+        """What is stored: the entries, when the response started, its time to first token and duration
+        (in seconds, to the tenth of a millisecond)."""
+        for entry in self.entries:
+            entry["t"] = round(entry["t"], 4)
+            if "until" in entry:
+                entry["until"] = round(entry["until"], 4)
         return {
             "started_at": self.started_at,
-            "time_to_first_token": self.first_token,
-            "duration": self.duration,
+            "time_to_first_token": None if self.first_token is None else round(self.first_token, 4),
+            "duration": None if self.duration is None else round(self.duration, 4),
             "entries": self.entries,
         }
