@@ -9,6 +9,7 @@ path of a generation.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -73,18 +74,24 @@ def not_found(kind: str, object_id: str) -> HTMLResponse:
     return page("message.html", 404, title="Not found", message=f"No {kind} {object_id} is stored for you.")
 
 
+def _viewer(request: Request) -> str | Response:
+    """The owner whose objects the page shows, or the page to show instead (refused, log in)."""
+    try:
+        owner = viewer(request)
+    except Refused:
+        return refused()
+    return to_login(request) if owner is None else owner
+
+
 def _store(request: Request) -> Store:
     return request.app.state.store
 
 
 @router.get("")
 async def listing(request: Request) -> Response:
-    try:
-        owner = viewer(request)
-    except Refused:
-        return refused()
-    if owner is None:
-        return to_login(request)
+    owner = _viewer(request)
+    if isinstance(owner, Response):
+        return owner
     query = request.query_params
     kind = query.get("kind") if query.get("kind") in ("response", "conversation") else None
     model = query.get("model") or None
@@ -139,12 +146,9 @@ async def logout(request: Request) -> Response:
 
 @router.get("/responses/{response_id}")
 async def response_page(request: Request, response_id: str) -> Response:
-    try:
-        owner = viewer(request)
-    except Refused:
-        return refused()
-    if owner is None:
-        return to_login(request)
+    owner = _viewer(request)
+    if isinstance(owner, Response):
+        return owner
     store = _store(request)
     inspected = await store.inspected(owner, response_id)
     if inspected is None:
@@ -154,7 +158,9 @@ async def response_page(request: Request, response_id: str) -> Response:
     if response.get("background") and inspected.timeline is None and not view.live(response):
         stored_events = [json.loads(text) for _, text in await store.events_after(response_id, -1)]
     recorder: Recorder | None = request.app.state.recorder
-    recordings = recorder.for_request(inspected.request_id) if recorder and inspected.request_id else None
+    recordings = None
+    if recorder and inspected.request_id:  # a directory listing and file reads: off the event loop
+        recordings = await asyncio.to_thread(recorder.for_request, inspected.request_id)
     return page(
         "response.html", r=response, inspected=inspected, untimed=view.collapsed(stored_events),
         recordings=recordings, recording=recorder is not None, keys=bool(request.app.state.owners),
@@ -183,12 +189,9 @@ async def live_events(request: Request, response_id: str, after: int = -1) -> Re
 
 @router.get("/conversations/{conversation_id}")
 async def conversation_page(request: Request, conversation_id: str) -> Response:
-    try:
-        owner = viewer(request)
-    except Refused:
-        return refused()
-    if owner is None:
-        return to_login(request)
+    owner = _viewer(request)
+    if isinstance(owner, Response):
+        return owner
     store = _store(request)
     conversation = await store.get_conversation(owner, conversation_id)
     if conversation is None:
