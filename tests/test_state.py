@@ -325,6 +325,7 @@ def test_the_inspector_listing_and_inspected_response(database_url):
             assert [row["id"] for row in everything.data] == ["resp_4", "conv_3", "resp_2", "resp_1"]
             assert not everything.has_more and everything.data[1]["kind"] == "conversation"
             assert everything.data[0]["background"] and everything.data[0]["body"]["output"][0]["id"] == "msg_4"
+            assert everything.data[3]["timeline"] == timeline and everything.data[2]["timeline"] is None
 
             seen, before = [], None
             while True:

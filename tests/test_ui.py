@@ -73,7 +73,8 @@ def test_the_list_shows_a_new_response_and_its_page_shows_what_happened(upstream
         assert rows.count() == 3
         # Newest first: the conversation and the second response came after the first.
         assert first["id"] in rows.nth(2).inner_text()
-        assert "About 2.1 million people" in page.locator(f"tr:has(a[href='/ui/responses/{second['id']}'])").inner_text()
+        second_row = page.locator(f"tr:has(a[href='/ui/responses/{second['id']}'])").inner_text()
+        assert "About 2.1 million people" in second_row and " ms / " in second_row  # first token / total
         assert "geography" in page.locator(f"tr:has(a[href='/ui/conversations/{conversation['id']}'])").inner_text()
 
         page.click(f"a[href='/ui/responses/{second['id']}']")

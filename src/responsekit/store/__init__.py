@@ -312,8 +312,8 @@ class Store:
         """
         parts, args = [], []
         for part, columns, table in (
-            ("response", "id, created_at, stored_ms, status, model, background, body", "responses"),
-            ("conversation", "id, created_at, stored_ms, NULL, NULL, FALSE, metadata", "conversations"),
+            ("response", "id, created_at, stored_ms, status, model, background, body, timeline", "responses"),
+            ("conversation", "id, created_at, stored_ms, NULL, NULL, FALSE, metadata, NULL", "conversations"),
         ):
             if kind not in (None, part) or (part == "conversation" and (model or status)):
                 continue
@@ -339,7 +339,8 @@ class Store:
         )  # fmt: skip
         listed = [
             {"kind": row[0], "id": row[1], "created_at": int(row[2]), "cursor": (int(row[2]), int(row[3]), row[1]),
-             "status": row[4], "model": row[5], "background": bool(row[6]), "body": json.loads(row[7])}
+             "status": row[4], "model": row[5], "background": bool(row[6]), "body": json.loads(row[7]),
+             "timeline": json.loads(row[8]) if row[8] else None}
             for row in rows[:limit]
         ]  # fmt: skip
         return Page(listed, len(rows) > limit)
