@@ -102,8 +102,9 @@ class Prepared:
     generation: GenerationRequest
     toolset: ToolSet
     server_tools: ServerTools
-    timeline: Timeline
-    """When its events went out, from the start of `prepare` (stored with the response)."""
+    timeline: Timeline | None
+    """When its events went out, from the start of `prepare`, stored with the response; None when
+    it is not stored (`store: false`), so that nothing is noted per event for nothing."""
 
     @property
     def response(self) -> dict[str, Any]:
@@ -134,7 +135,7 @@ class Orchestrator:
         self.summarizer_model = summarizer_model
 
     async def prepare(self, request: ResponseRequest, owner: str, cache: History | None = None) -> Prepared:
-        timeline = Timeline()
+        timeline = Timeline() if request.store else None  # background runs are stored (a 400 otherwise)
         history = await self._history(request, owner, cache)
         inputs = normalize_items(await self._resolve_references(request.input, owner))
         if request.conversation_id:
@@ -374,14 +375,15 @@ class Orchestrator:
             observation.serving(prepared.generation.model, prepared.upstream.name)
         timeline = prepared.timeline
         async for event in rendered(prepared.renderer, self.canonical(prepared), observation):
-            timeline.saw(event)
+            if timeline is not None:
+                timeline.saw(event)
             if event["type"] in TERMINAL:
                 await self._persist(prepared)
             yield event
 
     async def _persist(self, prepared: Prepared) -> None:
         conversation = prepared.request.conversation_id
-        if prepared.request.store:
+        if prepared.request.store and prepared.timeline is not None:
             await self.store.save_response(
                 prepared.owner, prepared.response, prepared.inputs, conversation, request_id=request_id(),
                 timeline=prepared.timeline.record(),
@@ -401,6 +403,7 @@ class Orchestrator:
 
     async def _run(self, prepared: Prepared, run: Run, observation: Observation | None) -> None:
         renderer, timeline = prepared.renderer, prepared.timeline
+        assert timeline is not None, "background responses are stored"
         try:
             async for event in rendered(renderer, self.canonical(prepared), observation):
                 timeline.saw(event)
