@@ -103,7 +103,7 @@ class Prepared:
     toolset: ToolSet
     server_tools: ServerTools
     timeline: Timeline | None
-    """When its events went out, from the start of `prepare`, stored with the response; None when
+    """When its events went out, from the request's arrival, stored with the response; None when
     it is not stored (`store: false`), so that nothing is noted per event for nothing."""
 
     @property

@@ -3,8 +3,8 @@
 Every event but the deltas is an entry with its time; a run of deltas of one kind on one item is
 one entry with its count and the times of its first and last delta (a streamed answer is mostly
 deltas: a few dozen entries stand for thousands of events). The time to first token is the first
-delta's. Times are seconds since the request was prepared, so a slow history read or engine
-connection shows as the gap before the first event. Noting an event is a clock read and a
+delta's. Times are seconds since the request arrived (as the metrics count the time to first
+token), so a slow body, history read or engine connection shows as the gap before the first event. Noting an event is a clock read and a
 comparison; the whole is written with the response, in the same statement.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .logs import request_arrived
 from .runs import TERMINAL
 
 
@@ -20,8 +21,10 @@ class Timeline:
     __slots__ = ("_run", "_start", "duration", "entries", "first_token", "started_at")
 
     def __init__(self) -> None:
-        self.started_at = time.time()
-        self._start = time.monotonic()
+        now = time.perf_counter()
+        self._start = request_arrived() or now
+        self.started_at = time.time() - (now - self._start)
+        """The wall-clock time of the request's arrival."""
         self.entries: list[dict[str, Any]] = []
         self._run: dict[str, Any] | None = None
         """The entry of the delta run under way."""
@@ -29,7 +32,7 @@ class Timeline:
         self.duration: float | None = None
 
     def saw(self, event: dict[str, Any]) -> None:
-        at = time.monotonic() - self._start
+        at = time.perf_counter() - self._start
         kind: str = event["type"]
         if kind.endswith(".delta"):
             run = self._run

@@ -45,10 +45,11 @@ class RequestIds:
             return
         request_id = client_id(scope["headers"]) or new_id("req")
         header = (HEADER, request_id.encode("ascii"))
-        token = current.set(RequestInfo(request_id, scope))
+        info = RequestInfo(request_id, scope, time.perf_counter())
+        token = current.set(info)
         try:
             if kind == "http":
-                await self._http(scope, receive, send, header)
+                await self._http(scope, receive, send, header, info.arrived)
             else:  # a WebSocket: its handshake answer carries the id (headers of `websocket.accept`)
 
                 async def accept_with_id(message: dict[str, Any]) -> None:
@@ -60,8 +61,9 @@ class RequestIds:
         finally:
             current.reset(token)
 
-    async def _http(self, scope: dict[str, Any], receive: Any, send: Any, header: tuple[bytes, bytes]) -> None:
-        started = time.perf_counter()
+    async def _http(
+        self, scope: dict[str, Any], receive: Any, send: Any, header: tuple[bytes, bytes], started: float
+    ) -> None:
         status: int | None = None
 
         async def send_with_id(message: dict[str, Any]) -> None:
