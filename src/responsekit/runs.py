@@ -159,6 +159,7 @@ class Runs:
             async for frame in run.follow(after):
                 yield frame
             return
+        finished = False
         while True:
             rows = await self.store.events_after(response_id, after)
             for sequence, text in rows:
@@ -168,7 +169,13 @@ class Runs:
                 if kind in TERMINAL:
                     return
             if not rows:
-                await asyncio.sleep(POLL_INTERVAL)
+                if finished:
+                    return  # its terminal event came before `after`: nothing will follow (never a hang)
+                # A run's end stores its last events with its status: once it is seen finished,
+                # one more read finds every event there is.
+                finished = not await self.store.running(response_id)
+                if not finished:
+                    await asyncio.sleep(POLL_INTERVAL)
 
     async def _maintain(self) -> None:
         last_lease = last_expiry = time.monotonic()

@@ -48,7 +48,7 @@ class RequestIds:
             return
         request_id = client_id(scope["headers"]) or new_id("req")
         header = (HEADER, request_id.encode("ascii"))
-        info = RequestInfo(request_id, scope)
+        info = RequestInfo(request_id, scope, time.perf_counter())
         token = current.set(info)
         try:
             if kind == "http":
@@ -67,7 +67,6 @@ class RequestIds:
     async def _http(
         self, scope: dict[str, Any], receive: Any, send: Any, header: tuple[bytes, bytes], info: RequestInfo
     ) -> None:
-        started = time.perf_counter()
         status: int | None = None
 
         async def send_with_id(message: dict[str, Any]) -> None:
@@ -86,7 +85,7 @@ class RequestIds:
             if self.metrics is not None:
                 self.metrics.answered(scope["method"], info.route, status)
             if access_log.isEnabledFor(logging.INFO):
-                _access_line(scope, status, time.perf_counter() - started)
+                _access_line(scope, status, time.perf_counter() - info.arrived)
 
 
 def _access_line(scope: dict[str, Any], status: int | None, seconds: float) -> None:
