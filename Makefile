@@ -7,7 +7,7 @@ ARGS ?=
 # not answer and PostgreSQL is installed (tests/postgres.py).
 export RESPONSEKIT_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test bench bench-peers clean
+.PHONY: run test chromium haproxy bench bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,17 +47,27 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	npm ci --prefix tests/js --no-audit --no-fund </dev/null
 	touch $@
 
-# HAProxy, the load balancer tests/test_replicas.py puts in front of two replicas: Debian's
-# package, installed when missing and apt-get is there (else that test says it is skipped).
-HAPROXY_INSTALL := command -v haproxy >/dev/null || ! command -v apt-get >/dev/null \
-	|| apt-get install -y -qq haproxy || { apt-get update -qq && apt-get install -y -qq haproxy; } \
-	|| echo "HAProxy could not be installed: tests/test_replicas.py will be skipped"
+# The browser tests/test_ui.py drives (issue 16): Debian's chromium, installed when missing and
+# apt-get can run (as root); Playwright is told its path, so it downloads no browser of its own.
+CHROMIUM := /usr/bin/chromium
+chromium:
+	@if [ ! -x $(CHROMIUM) ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "Installing Debian's chromium for the inspector's browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+# The load balancer tests/test_replicas.py puts in front of two replicas (issue 17): Debian's
+# haproxy, installed when missing and apt-get can run (as root); without it that test is skipped.
+haproxy:
+	@if ! command -v haproxy >/dev/null && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "Installing Debian's haproxy for the replicas test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+	fi
 
 ## Install everything the tests need and run them all, after checking that every module src/
 ## imports is a declared dependency (deptry), that nothing below the frontends (api/) imports
 ## them (import-linter) and that ruff finds nothing; all configured in pyproject.toml.
-test: $(VENV)/.installed-test tests/js/node_modules/.installed
-	$(HAPROXY_INSTALL)
+test: $(VENV)/.installed-test tests/js/node_modules/.installed chromium haproxy
 	$(BIN)/deptry src
 	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests bench

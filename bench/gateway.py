@@ -20,6 +20,9 @@ million streamed tokens (its whole process tree); its resident memory. In the fi
 1,000 streams are then held open through each gateway (the engine sends one token and
 waits) and its memory per open stream is measured.
 
+`--without-metrics` and `--with-traces` add a ResponseKit with its metrics off, or with
+OpenTelemetry traces on (exported to `bench/otlp_sink.py`), taking turns with the default one.
+
 Run: `.venv/bin/python bench/gateway.py` (`--help` for options); prints a Markdown section
 for bench/RESULTS.md and writes latency plots (PNG) next to this file
 (`gateway-stream.png`, `gateway-nonstream.png`, and `gateway-paced-…` for the paced run).
@@ -302,7 +305,7 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
 
 
 def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url: str, data: Path,
-                   peers: bool, without_metrics: bool = False) -> list[Gateway]:  # fmt: skip
+                   peers: bool, without_metrics: bool = False, with_traces: bool = False) -> list[Gateway]:  # fmt: skip
     engine_port = int(engine_url.rsplit(":", 1)[1].split("/")[0])
     gateways = [Gateway("direct (engine)", chat_target(engine_port, MODEL), b"[DONE]", engine.pid)]
     hold = f"{MODEL}-hold"
@@ -325,6 +328,18 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
             Gateway("ResponseKit --no-metrics /v1/responses", responses_target(port, MODEL), b"response.completed", bare.pid),
             Gateway("ResponseKit --no-metrics /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", bare.pid),
             Gateway("ResponseKit --no-metrics /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
+        ]  # fmt: skip
+    if with_traces:  # the same server with traces on, exported to a sink that drops them (issue 16)
+        sink_port, port = free_port(), free_port()
+        stack.enter_context(service("otlp-sink", [sys.executable, str(HERE / "otlp_sink.py"), "--port", str(sink_port)],
+                                    f"http://127.0.0.1:{sink_port}/"))  # fmt: skip
+        command = [*serve, "--port", str(port), "--data-dir", str(data / "responsekit-traced")]
+        traced = stack.enter_context(service("responsekit traced", command, f"http://127.0.0.1:{port}/health",
+                                             env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}"}))  # fmt: skip
+        gateways += [
+            Gateway("ResponseKit traced /v1/responses", responses_target(port, MODEL), b"response.completed", traced.pid),
+            Gateway("ResponseKit traced /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", traced.pid),
+            Gateway("ResponseKit traced /v1/messages", messages_target(port, MODEL), b"message_stop", traced.pid),
         ]  # fmt: skip
     if not peers:
         return gateways
@@ -445,7 +460,7 @@ async def benchmark(args: argparse.Namespace, section: Section, open_streams_cou
                                                         "--token-interval", str(section.interval)],
                                              f"{engine_url}/models"))  # fmt: skip
         section.gateways = gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers,
-                                                      args.without_metrics)
+                                                      args.without_metrics, args.with_traces)
         started = time.monotonic()
         load_before = os.getloadavg()[0]
         for stream in (True, False):
@@ -520,6 +535,9 @@ def main() -> None:
     parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")
     parser.add_argument("--without-metrics", action="store_true",
                         help="also a ResponseKit with --no-metrics, to measure what the metrics cost")
+    parser.add_argument("--with-traces", action="store_true",
+                        help="also a ResponseKit exporting OpenTelemetry traces (to bench/otlp_sink.py), to measure "
+                        "what traces cost")
     parser.add_argument("--plots", default="gateway",
                         help="the plots' file names: NAME-stream.png, NAME-nonstream.png (paced runs: NAME-paced…); '' for none")
     args = parser.parse_args()

@@ -175,7 +175,8 @@ class ScriptedUpstream:
     recorded delays (0 replays at once). Faults a script can ask for: `"end": "drop"`
     (the connection breaks after the chunks), `"trickle": SECONDS` (the body is written
     one byte at a time), any `status` with its `error_body`, and any text as a chunk's
-    `data` (sent as is, so also malformed SSE).
+    `data` (sent as is, so also malformed SSE). A chunk `{"gate": threading.Event()}` holds
+    the answer there until the test sets it.
     """
 
     def __init__(self, models: tuple[str, ...] = ("test-model",), owned_by: str = "llamacpp") -> None:
@@ -232,6 +233,9 @@ class ScriptedUpstream:
         previous = 0.0
         try:
             for chunk in script["chunks"]:
+                if (gate := chunk.get("gate")) is not None:
+                    await asyncio.to_thread(gate.wait)
+                    continue
                 at = float(chunk.get("t", previous))
                 if (delay := (at - previous) * self.time_scale) > 0:
                     await asyncio.sleep(delay)

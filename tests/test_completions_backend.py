@@ -8,6 +8,7 @@ parameter, the template from llama.cpp's `/props`, and finish reasons, usage and
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
 from .conftest import EngineServer
-from .harness import check_response, check_stream, read_sse, serve, strip_ids
+from .harness import DATA, check_response, check_stream, read_sse, serve, strip_ids
 from .test_llama_cpp import ANSWER_SCHEMA, NO_REASONING, TOOLS, WEATHER_SCHEMA
 from .tiny_gguf import HERMES_TEMPLATE
 
@@ -228,3 +229,31 @@ def test_a_template_refusal_never_reaches_the_engine(tmp_path: Path) -> None:
             assert engine.requests == []
             ok = httpx.post(f"{url}/v1/responses", json={"model": "tiny", "input": "Hi"})
             assert ok.status_code == 200 and engine.requests[-1]["prompt"] == "ok"
+
+
+def test_a_harmony_model_gets_its_call_grammars(tmp_path: Path) -> None:
+    """gpt-oss behind a raw engine (issue 18): `required` sends Harmony's forced call grammar
+    and `auto` its lazy one, triggered by the recipient its template writes; the call the
+    template renders comes back as that call."""
+    engine = ScriptedCompletions("llamacpp")
+    engine.pieces = [' to=functions.get_time<|channel|>commentary json<|message|>{"zone": "UTC"}<|call|>']
+    with serve(engine.app) as engine_url:
+        upstream = UpstreamConfig(base_url=f"{engine_url}/v1", api="completions",
+                                  chat_template=DATA / "formats" / "templates" / "openai-gpt-oss-120b.jinja")  # fmt: skip
+        settings = Settings(probe=False, data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 's.db'}",
+                            upstreams=[upstream])  # fmt: skip
+        app = create_app(settings)
+        with serve(app) as url:
+            server = EngineServer(url, app)
+            for choice in ("required", "auto"):
+                response = stream(server, input="Time?", tools=TOOLS, tool_choice=choice)
+                assert [(item["name"], item["arguments"]) for item in response["output"]] == [
+                    ("get_time", '{"zone": "UTC"}')
+                ]
+                sent = engine.requests[-1]
+                assert '" to=functions.get_time" "<|channel|>commentary json<|message|>"' in sent["grammar"]
+                assert sent.get("grammar_lazy", False) is (choice == "auto")
+            (trigger,) = sent["grammar_triggers"]
+            answer = "<|channel|>analysis<|message|>Use to=functions.get_time.<|end|><|start|>assistant to=functions.get_time"
+            found = re.fullmatch(trigger["value"], answer)  # after the analysis message, not in it
+            assert found is not None and found.start(1) == answer.rindex(" to=")

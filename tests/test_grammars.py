@@ -12,9 +12,11 @@ import jsonschema
 import pytest
 
 from responsekit import grammars
-from responsekit.conversation import FunctionTool
+from responsekit.conversation import FunctionTool, GenerationRequest, Message, TextPart, ToolCall
 from responsekit.parsing import get_parser
+from responsekit.templates import chat_messages, chat_tools, load_template
 
+from .harness import DATA
 from .parsing.parsing_support import run
 from .test_llama_cpp import WEATHER_SCHEMA
 
@@ -75,6 +77,65 @@ def test_dsml_marks_which_values_are_raw_text() -> None:
     assert grammar is not None
     assert '"<｜DSML｜parameter name=\\"city\\" string=\\"true\\">" args0-0' in grammar.gbnf
     assert '"<｜DSML｜parameter name=\\"days\\" string=\\"false\\">" args0-1' in grammar.gbnf
+
+
+@pytest.mark.parametrize(("fmt", "block"), [("deepseek_v3_2_dsml", "function_calls"), ("deepseek_v4_dsml", "tool_calls")])
+def test_each_dsml_version_writes_the_block_its_template_writes(fmt: str, block: str) -> None:
+    grammar = grammars.forced_calls(fmt, TOOLS[:1], parallel=False, thinking_open=False, may_think=False)
+    assert grammar is not None and grammars.SYNTAXES[fmt].trigger == f"<｜DSML｜{block}>"
+    assert grammars.literal(f'<｜DSML｜{block}>\n<｜DSML｜invoke name="get_weather">\n') in grammar.gbnf
+    assert grammars.literal(f"</｜DSML｜invoke>\n</｜DSML｜{block}>") in grammar.gbnf
+
+
+def test_harmony_writes_a_call_as_the_gpt_oss_template_does() -> None:
+    """After the prompt's `<|start|>assistant`, the template writes reasoning as an analysis
+    message and the call as the next message, its recipient in the role header: the
+    forced grammar's pieces, put together, are that text, and the parser reads it."""
+    syntax = grammars.SYNTAXES["gpt_oss_harmony"]
+    assert isinstance(syntax, grammars.CallSyntax) and syntax.reasoning is not None
+    arguments = {"city": "Paris", "days": 3}
+    question = Message("user", [TextPart("Weather in Paris?")])
+    call = Message("assistant", reasoning="Look it up.",
+                   tool_calls=[ToolCall("c1", "get_weather", json.dumps(arguments))])  # fmt: skip
+    template = load_template(DATA / "formats" / "templates" / "openai-gpt-oss-120b.jinja")
+    tools = chat_tools(GenerationRequest("gpt-oss", [question], tools=TOOLS[:1]))
+    prompt = template.render(chat_messages([question]), tools, add_generation_prompt=True)
+    whole = template.render(chat_messages([question, call]), tools, add_generation_prompt=False)
+    assert prompt.endswith("<|start|>assistant") and whole.startswith(prompt)
+    opening, closing = syntax.reasoning
+    assert whole[len(prompt) :] == (f"{opening}Look it up.{closing}{syntax.after_reasoning}"
+                                    f"{syntax.before}get_weather{syntax.between}{json.dumps(arguments)}{syntax.after}")  # fmt: skip
+
+    grammar = grammars.forced_calls("gpt_oss_harmony", TOOLS[:1], parallel=True, thinking_open=False,
+                                    may_think=True)  # fmt: skip
+    assert grammar is not None
+    rules = dict(line.split(" ::= ", 1) for line in grammar.gbnf.splitlines() if " ::= " in line)
+    assert rules["root"] == ('("<|channel|>analysis<|message|>" [ \\t\\n]* reasoning "<|end|><|start|>assistant" '
+                             '[ \\t\\n]*)? (call ("<|start|>assistant" call)*)')  # fmt: skip
+    assert rules["call0"].startswith('" to=functions.get_weather" "<|channel|>commentary json<|message|>" args0 ')
+    assert rules["call0"].endswith(' "<|call|>"')
+    schema_tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
+    folded = run(get_parser("gpt_oss_harmony")(schema_tools), [whole[len(prompt) :]])
+    assert (folded.reasoning, [(c.name, json.loads(c.arguments)) for c in folded.calls]) == (
+        "Look it up.", [("get_weather", arguments)])  # fmt: skip
+
+
+def test_a_harmony_call_by_the_real_gemma_is_read_back(gemma_gguf: Path) -> None:
+    """A real model (Gemma 3 270M, which knows nothing of Harmony) held to the forced
+    grammar writes a call gpt-oss's parser reads, with arguments of the schema."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    model = llama_cpp.Llama(model_path=str(gemma_gguf), n_ctx=1024, verbose=False, seed=0)
+    grammar = grammars.forced_calls("gpt_oss_harmony", TOOLS, parallel=False, thinking_open=False, may_think=False)
+    assert grammar is not None
+    prompt = "<start_of_turn>user\nWhat is the weather in Paris for 3 days?<end_of_turn>\n<start_of_turn>model\n"
+    answer = model.create_completion(prompt, max_tokens=120, temperature=0.0,
+                                     grammar=llama_cpp.LlamaGrammar.from_string(grammar.gbnf, verbose=False))  # fmt: skip
+    text = answer["choices"][0]["text"]
+    assert answer["choices"][0]["finish_reason"] == "stop", text
+    tools = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters}} for t in TOOLS]
+    (call,) = run(get_parser("gpt_oss_harmony")(tools), [text]).calls
+    assert call.ended and call.name in SCHEMAS, text
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
 
 
 def test_a_format_without_a_call_syntax_has_no_grammar() -> None:

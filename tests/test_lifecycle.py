@@ -75,8 +75,11 @@ def test_record_and_replay(upstream, tmp_path):
         with httpx.stream("POST", f"{url}/v1/responses", json=body) as answer:
             original = check_stream(read_sse(answer.iter_lines())[0])
     (file,) = tmp_path.glob("*.json")
-    assert file.name.endswith("-eng_1.json")
+    # Named and marked with the id of the request it served, for the inspector (issue 16).
+    served = answer.headers["x-request-id"]
+    assert file.name.endswith(f"-eng_1--{served}.json")
     recording = json.loads(file.read_text())
+    assert recording["request_id"] == served
     assert recording["request"]["body"]["messages"] == [{"role": "user", "content": "hi"}]
     assert recording["status"] == 200 and recording["chunks"][-1]["data"] == "[DONE]"
     assert all(isinstance(chunk["t"], float) for chunk in recording["chunks"])

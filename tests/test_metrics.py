@@ -184,3 +184,22 @@ def test_no_metrics(upstream, database_url, tmp_path, monkeypatch):
         assert httpx.get(f"{url}/metrics").status_code == 404
         upstream.push(text_exchange("Hi"))
         assert httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "Hi"}, timeout=30).status_code == 200
+
+
+def test_answers_refused_before_any_engine_are_counted(upstream, database_url, tmp_path):
+    settings = Settings(upstreams=[UpstreamConfig(base_url=upstream.url)], probe=False, data_dir=tmp_path,  # type: ignore[attr-defined]
+                        database_url=database_url, api_keys=["sk-ops"])  # fmt: skip
+    key = {"authorization": "Bearer sk-ops"}
+    with serve(create_app(settings)) as url:
+        assert httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "Hi"}).status_code == 401
+        assert httpx.post(f"{url}/v1/responses", content=b"{not json", headers=key).status_code == 400
+        assert httpx.post(f"{url}/v1/responses", json={"model": "nope", "input": "Hi"}, headers=key).status_code == 404
+        assert httpx.get(f"{url}/v1/responses/resp_missing", headers=key).status_code == 404
+        assert httpx.get(f"{url}/no/such/path/123", headers=key).status_code == 404
+        samples = wait_for(lambda: (found := scrape(url, **key)) and "responsekit_http_requests_total" in found and found)
+    assert value(samples, "responsekit_http_requests_total", method="POST", route="/v1/responses", status="401") == 1
+    assert value(samples, "responsekit_http_requests_total", method="POST", route="/v1/responses", status="400") == 1
+    assert value(samples, "responsekit_http_requests_total", method="POST", route="/v1/responses", status="404") == 1
+    assert value(samples, "responsekit_http_requests_total", route="/v1/responses/{response_id}", status="404") == 1
+    assert value(samples, "responsekit_http_requests_total", method="GET", route="unmatched", status="404") == 1
+    assert "/no/such/path/123" not in label_values(samples, "route")  # a path never becomes a label value

@@ -67,6 +67,11 @@ def test_serve_answers_health_with_base_dependencies_only(tmp_path: Path) -> Non
                 pass
             assert time.monotonic() < deadline, f"no /health in 60 s:\n{log_path.read_text()}"
             time.sleep(0.2)
+        # The inspector's templates, stylesheet and script are package data: installed, they serve.
+        page = httpx.get(f"http://127.0.0.1:{port}/ui", timeout=10)
+        assert page.status_code == 200 and "Responses and conversations" in page.text, page.text
+        for asset in ("ui.css", "live.js"):
+            assert httpx.get(f"http://127.0.0.1:{port}/ui/static/{asset}", timeout=10).status_code == 200, asset
     finally:
         process.terminate()
         process.wait(15)

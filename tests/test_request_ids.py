@@ -28,6 +28,7 @@ from .harness import (
     serve,
     start_cli,
     text_exchange,
+    wait_for,
 )
 
 NEW_ID = re.compile(r"req_[0-9a-f]{48}")
@@ -140,6 +141,9 @@ def test_log_lines_carry_the_request_id_route_and_model(server, caplog):
         while httpx.get(f"{server.base_url}/responses/{response_id}").json()["status"] != "completed":
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        # An access line is written once its answer is sent: maybe after the client read it.
+        wait_for(lambda: any(r.name == ACCESS_LOGGER and r.path == f"/v1/responses/{response_id}"
+                             for r in caplog.records))  # fmt: skip
     finally:
         access.removeHandler(caplog.handler)
     skipped = next(r for r in caplog.records if "item_reference to unknown item" in r.getMessage())

@@ -287,3 +287,103 @@ def test_input_tokens_by_engine_kind(upstream, database_url, kind, tokens, estim
     with serve(create_app(settings)) as url:
         count = httpx.post(f"{url}/v1/responses/input_tokens", json={"model": "test-model", "input": "one two three"})
     assert count.json() == {"object": "response.input_tokens", "input_tokens": tokens, "estimated": estimated}
+
+
+def test_the_inspector_listing_and_inspected_response(database_url):
+    """`Store.listing` (issue 16): one owner's responses and conversations, newest first, filtered,
+    paged without loss or repetition; `Store.inspected` with the chain, inputs, request id, timeline."""
+    import asyncio
+
+    from responsekit.store import Store
+
+    def response(n: int, created: int, model: str, status: str, previous: str | None = None) -> dict:
+        return {"id": f"resp_{n}", "object": "response", "created_at": created, "status": status, "model": model,
+                "background": status == "in_progress", "previous_response_id": previous,
+                "output": [{"id": f"msg_{n}", "type": "message", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": f"answer {n}", "annotations": []}]}]}  # fmt: skip
+
+    def said(n: int) -> list[dict]:
+        return [{"id": f"in_{n}", "type": "message", "role": "user", "content": f"question {n}"}]
+
+    timeline = {"started_at": 1000.0, "time_to_first_token": 0.05, "duration": 0.2,
+                "entries": [{"t": 0.0, "type": "response.created", "sequence_number": 0}]}  # fmt: skip
+
+    async def main() -> None:
+        store = await Store.open(database_url)
+        try:
+            # Within one second, rows are listed in the order they were stored (to the millisecond).
+            await store.save_response("alice", response(1, 999, "m1", "completed"), said(1), request_id="req_1",
+                                      timeline=timeline)  # fmt: skip
+            await store.save_response("alice", response(2, 1000, "m2", "failed", "resp_1"), said(2))
+            await asyncio.sleep(0.002)
+            await store.create_conversation("alice", {"id": "conv_3", "created_at": 1000, "metadata": {"k": "v"}}, [])
+            await asyncio.sleep(0.002)
+            await store.start_response("alice", response(4, 1000, "m1", "in_progress", "resp_2"), said(4), 2000)
+            await store.save_response("bob", response(5, 1001, "m1", "completed"), said(5))
+
+            everything = await store.listing("alice")
+            assert [row["id"] for row in everything.data] == ["resp_4", "conv_3", "resp_2", "resp_1"]
+            assert not everything.has_more and everything.data[1]["kind"] == "conversation"
+            assert everything.data[0]["background"] and everything.data[0]["body"]["output"][0]["id"] == "msg_4"
+            assert everything.data[3]["timeline"] == timeline and everything.data[2]["timeline"] is None
+
+            seen, before = [], None
+            while True:
+                page = await store.listing("alice", before=before, limit=1)
+                seen += [row["id"] for row in page.data]
+                if not page.has_more:
+                    break
+                before = page.data[-1]["cursor"]
+            assert seen == ["resp_4", "conv_3", "resp_2", "resp_1"]
+
+            assert [r["id"] for r in (await store.listing("alice", model="m1")).data] == ["resp_4", "resp_1"]
+            assert [r["id"] for r in (await store.listing("alice", status="failed")).data] == ["resp_2"]
+            assert [r["id"] for r in (await store.listing("alice", kind="conversation")).data] == ["conv_3"]
+            assert [r["id"] for r in (await store.listing("bob")).data] == ["resp_5"]
+            assert await store.models("alice") == ["m1", "m2"]
+
+            inspected = await store.inspected("alice", "resp_4")
+            assert inspected is not None and inspected.chain == ["resp_1", "resp_2"]
+            assert inspected.inputs == said(4) and inspected.timeline is None  # still running
+            finished = {**response(4, 1000, "m1", "completed", "resp_2"), "background": True}
+            assert await store.finish_response(finished, [], timeline=timeline)
+            inspected = await store.inspected("alice", "resp_4")
+            assert inspected.timeline == timeline and inspected.response["status"] == "completed"
+            first = await store.inspected("alice", "resp_1")
+            assert first.request_id == "req_1" and first.chain == [] and first.timeline == timeline
+            assert await store.inspected("bob", "resp_1") is None
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_migration_4_fills_in_the_model_and_order_of_earlier_responses(database_url, monkeypatch):
+    """Responses stored before the inspector (schema 3) are listed and filtered by model too."""
+    import asyncio
+
+    from responsekit.store import Store, migrations
+
+    every = migrations.MIGRATIONS
+
+    async def main() -> None:
+        monkeypatch.setattr(migrations, "MIGRATIONS", every[:3])
+        store = await Store.open(database_url)
+        body = {"id": "resp_old", "object": "response", "created_at": 1234, "status": "completed",
+                "model": "old-model", "background": False, "output": []}  # fmt: skip
+        await store.database.execute(
+            "INSERT INTO responses (id, owner, created_at, status, background, body) VALUES (?, ?, ?, ?, ?, ?)",
+            "resp_old", "alice", 1234, "completed", False, json.dumps(body),
+        )  # fmt: skip
+        await store.close()
+        monkeypatch.setattr(migrations, "MIGRATIONS", every)
+        store = await Store.open(database_url)
+        try:
+            assert await store.models("alice") == ["old-model"]
+            (row,) = (await store.listing("alice", model="old-model")).data
+            assert row["id"] == "resp_old" and row["cursor"] == (1234, 1234000, "resp_old")
+            assert (await store.inspected("alice", "resp_old")).timeline is None
+        finally:
+            await store.close()
+
+    asyncio.run(main())

@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from websockets.sync.client import connect
 
 from responsekit import tracing
 
@@ -91,12 +92,17 @@ def test_one_trace_per_request_with_the_engine_call(upstream):
         http = wait_for(lambda: receiver.named("POST /v1/responses"))[0]
         engine = wait_for(lambda: receiver.named("chat test-model"))[0]
         save = wait_for(lambda: receiver.named("store save_response"))[0]
+        orchestration = wait_for(lambda: receiver.named("invoke_agent responsekit"))[0]
 
         assert http.kind == Span.SPAN_KIND_SERVER and not http.parent_span_id
         assert attributes(http.attributes) | {"http.request.method": "POST", "http.route": "/v1/responses",
                                               "http.response.status_code": 200} == attributes(http.attributes)
-        assert engine.trace_id == save.trace_id == http.trace_id
-        assert engine.parent_span_id == save.parent_span_id == http.span_id
+        assert engine.trace_id == save.trace_id == orchestration.trace_id == http.trace_id
+        assert orchestration.parent_span_id == save.parent_span_id == http.span_id
+        assert engine.parent_span_id == orchestration.span_id
+        assert attributes(orchestration.attributes) == {
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "responsekit",
+            "gen_ai.request.model": "test-model", "gen_ai.response.id": response["id"]}  # fmt: skip
         assert engine.kind == Span.SPAN_KIND_CLIENT
         gen_ai = attributes(engine.attributes)
         assert gen_ai | {
@@ -137,6 +143,38 @@ def test_one_trace_per_request_with_the_engine_call(upstream):
         assert len({span.trace_id for span in receiver.spans}) == len(roots) + 1  # each request its own trace
         assert {span.name for span in roots} == {"GET /health", "POST /v1/responses",
                                                  "POST /v1/messages"}  # start_cli's polls are GET /health
+
+
+def test_background_runs_and_websocket_responses(upstream):
+    with traced_server(upstream) as (receiver, url):
+        upstream.push(text_exchange("later"))
+        queued = httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": PROMPT, "background": True})
+        assert queued.status_code == 200
+        done = wait_for(lambda: (found := httpx.get(f"{url}/v1/responses/{queued.json()['id']}").json())
+                        and found["status"] == "completed" and found)  # fmt: skip
+        http = wait_for(lambda: receiver.named("POST /v1/responses"))[0]
+        orchestration = wait_for(lambda: receiver.named("invoke_agent responsekit"))[0]
+        engine = wait_for(lambda: receiver.named("chat test-model"))[0]
+        # The run outlives the request that queued it, and stays in its trace.
+        assert orchestration.parent_span_id == http.span_id and engine.parent_span_id == orchestration.span_id
+        assert orchestration.end_time_unix_nano > http.end_time_unix_nano
+        assert attributes(orchestration.attributes)["gen_ai.response.id"] == done["id"]
+
+        # A WebSocket's responses: each its own trace, rooted at its orchestration.
+        upstream.push(text_exchange("one"), text_exchange("two"))
+        with connect(f"ws{url.removeprefix('http')}/v1/responses") as socket:
+            ids = []
+            for _ in range(2):
+                socket.send(json.dumps({"type": "response.create", "model": "test-model", "input": PROMPT}))
+                while (event := json.loads(socket.recv(timeout=30)))["type"] != "response.completed":
+                    pass
+                ids.append(event["response"]["id"])
+        spans = wait_for(lambda: len(found := receiver.named("invoke_agent responsekit")) == 3 and found)
+        by_id = {attributes(span.attributes)["gen_ai.response.id"]: span for span in spans}
+        roots = [by_id[response_id] for response_id in ids]
+        assert all(not root.parent_span_id for root in roots) and roots[0].trace_id != roots[1].trace_id
+        calls = wait_for(lambda: len(found := receiver.named("chat test-model")) == 3 and found)
+        assert {call.parent_span_id for call in calls} == {span.span_id for span in spans}
 
 
 def test_message_content_when_asked_for(upstream):
@@ -181,7 +219,8 @@ def test_otlp_over_grpc(upstream):
             assert httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "hi"}).status_code == 200
             engine = wait_for(lambda: [span for span in receiver.spans if span.name == "chat test-model"])[0]
             http = next(span for span in receiver.spans if span.name == "POST /v1/responses")
-            assert engine.parent_span_id == http.span_id
+            orchestration = next(span for span in receiver.spans if span.name == "invoke_agent responsekit")
+            assert engine.parent_span_id == orchestration.span_id and orchestration.parent_span_id == http.span_id
         finally:
             process.terminate()
             process.wait(20)

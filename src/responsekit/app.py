@@ -21,10 +21,11 @@ from .api.messages import routes as messages
 from .api.request_ids import RequestIds
 from .api.responses import render, websocket
 from .api.responses import routes as responses
+from .api.ui import routes as ui
 from .backends.router import ModelRouter
 from .config import Settings
 from .files.service import VectorStores
-from .metrics import Metrics, ScrapeTime
+from .metrics import Metrics, PoolMembers, ScrapeTime
 from .orchestrator import Orchestrator
 from .outbound import UrlPolicy
 from .record import Recorder
@@ -40,7 +41,7 @@ class Gateway(FastAPI):
     a bug's 500 itself (user middleware sits inside it), so that answer carries its id too."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return RequestIds(super().build_middleware_stack())
+        return RequestIds(super().build_middleware_stack(), self.state.metrics)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -64,6 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.vector_stores = await VectorStores.open(settings, store.database)
         if metrics is not None:
             metrics.registry.register(ScrapeTime(runs.states, app.state.vector_stores.ingestor.queue))
+            metrics.registry.register(PoolMembers(router.members))
         await app.state.vector_stores.start()
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)
@@ -90,6 +92,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     metrics = app.state.metrics = Metrics(router.serves) if settings.metrics else None
     app.state.router = router
+    app.state.recorder = recorder
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
     # Routers are tried in order, each route's pattern in turn: the generation routes come early
     # (/v1/messages after the files APIs cost a tenth of a request's CPU; issue 15). The messages
@@ -102,6 +105,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.health)
     if metrics is not None:
         app.include_router(metrics_api.router)
+    app.include_router(ui.router)  # the inspector (issue 16), last: no generation route tries it first
+    app.mount("/ui/static", ui.static)
     install_error_handlers(app)
     return app
 

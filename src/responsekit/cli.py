@@ -40,6 +40,11 @@ def serve(
     default_model: Annotated[
         str | None, typer.Option(help="Serve model names no upstream knows with this model.", show_default=False)
     ] = None,
+    balance: Annotated[
+        str | None,
+        typer.Option(help="How a pool of upstreams serving one model picks a member: affinity, least_loaded, "
+                     "round_robin (default: affinity).", show_default=False),
+    ] = None,
     no_default_model: Annotated[
         bool,
         typer.Option("--no-default-model", help="With no engine configured or found, serve nothing instead of the "
@@ -109,6 +114,7 @@ def serve(
             upstreams=[parse_upstream(value) for value in upstream] if upstream else None,
             aliases=parse_pairs(",".join(alias)) if alias else None,
             default_model=default_model,
+            balance=balance,
             default_model_fallback=False if no_default_model else None,
             host=host,
             port=port,

@@ -65,6 +65,10 @@ class UpstreamConfig(BaseModel):
     """The engine's dialect; `auto` recognises it from its `/models` answer or its URL."""
     models: list[str] = Field(default_factory=list)
     """Models served here; empty means ask the engine's `/models`."""
+    pool: str | None = None
+    """Upstreams with the same `pool` share the requests for the models they serve, with
+    failover between them (issue 17); without it, upstreams serving the same model form its pool.
+    A member that cannot be reached is taken to serve what the rest of its pool serves."""
     merge_system: bool | None = None
     """Merge system and developer text into one leading system message (default: yes, except OpenAI)."""
     reasoning_effort_param: Literal["reasoning_effort", "chat_template_kwargs", "both", "none"] | None = None
@@ -234,6 +238,9 @@ class Settings(BaseSettings):
     """Model names clients may use for an upstream model, e.g. `gpt-5-codex = "qwen3-coder"`."""
     default_model: str | None = None
     """Serve names no upstream knows with this model instead of answering 404."""
+    balance: Literal["affinity", "least_loaded", "round_robin"] = "affinity"
+    """How a pool picks the member for a request: `affinity` (the member that holds the
+    request's prompt prefix or key, within bounded load), `least_loaded`, `round_robin`."""
     default_model_fallback: bool = True
     """With no engine configured and none found by probing, serve the embedded Gemma 3 270M
     in-process (the `llama` extra); `--no-default-model` turns it off."""

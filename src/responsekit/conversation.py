@@ -89,3 +89,7 @@ class GenerationRequest:
     frequency_penalty: float | None = None
     user: str | None = None
     prompt_cache_key: str | None = None
+    affinity_key: str | None = None
+    """What ties this request to earlier ones whose engine still caches their prompt (a
+    `previous_response_id` chain, a conversation, a `prompt_cache_key`, an Anthropic session):
+    a pool sends it to the member that served them (issue 17). Never sent to the engine."""

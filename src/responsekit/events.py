@@ -113,13 +113,16 @@ class Error:
     `code` is an OpenAI error code (`context_length_exceeded`, `rate_limit_exceeded`,
     `server_error`…) and `status` the HTTP status a non-streaming client gets. `fault` names
     an engine fault the code does not tell apart (`refused`, `dropped`, `malformed`) for the
-    metrics (issue 16); the client never sees it.
+    metrics (issue 16); the client never sees it. `unanswered` marks an engine that never
+    began an answer (refused, reset, 502/503, connect timeout): a pool may send the request
+    to another member instead (issue 17).
     """
 
     code: str
     message: str
     status: int = 502
     fault: str | None = None
+    unanswered: bool = False
 
 
 Event: TypeAlias = (

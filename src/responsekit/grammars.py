@@ -3,7 +3,8 @@
 * A forced call (`tool_choice` required or a named function): the output is one or more
   calls in the model's format (`<tool_call>{"name": …, "arguments": …}</tool_call>` for
   Hermes, `[TOOL_CALLS]name[ARGS]{…}` for Mistral, `<function=name><parameter=key>` for
-  Qwen3-Coder, `<tool_call>name<arg_key>key</arg_key><arg_value>` for GLM…), arguments
+  Qwen3-Coder, `<tool_call>name<arg_key>key</arg_key><arg_value>` for GLM, ` to=functions.name
+  <|channel|>commentary json<|message|>{…}<|call|>` for gpt-oss's Harmony…), arguments
   following each tool's JSON schema, optionally after a reasoning block.
 * A lazy call grammar (`tool_choice` auto): the same calls, applied only from the
   format's start marker on (`trigger`), so free text stays free.
@@ -58,6 +59,8 @@ class CallSyntax:
     reasoning: tuple[str, str] | None = ("<think>", "</think>")
     name_suffix: str = ""
     """GBNF after the name's literal (Kimi's `:0` index)."""
+    after_reasoning: str = ""
+    """What comes between the reasoning's end and a call (Harmony's next message header)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,16 @@ SYNTAXES: dict[str, Syntax] = {
                                         '<｜DSML｜parameter name="', '" string="false">', "</｜DSML｜parameter>\n",
                                         "</｜DSML｜invoke>\n</｜DSML｜function_calls>", "\n",
                                         trigger="<｜DSML｜function_calls>", raw_key_end='" string="true">'),
+    "deepseek_v4_dsml": XmlCallSyntax('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="', '">\n',
+                                      '<｜DSML｜parameter name="', '" string="false">', "</｜DSML｜parameter>\n",
+                                      "</｜DSML｜invoke>\n</｜DSML｜tool_calls>", "\n",
+                                      trigger="<｜DSML｜tool_calls>", raw_key_end='" string="true">'),
+    # Harmony (issue 18): the call as gpt-oss's template writes it after the prompt's
+    # `<|start|>assistant`, each further call or the call after analysis its own message.
+    "gpt_oss_harmony": CallSyntax(" to=functions.", "<|channel|>commentary json<|message|>", "<|call|>",
+                                  "<|start|>assistant", trigger=" to=functions.",
+                                  reasoning=("<|channel|>analysis<|message|>", "<|end|>"),
+                                  after_reasoning="<|start|>assistant"),
     "glm_4_5": XmlCallSyntax("<tool_call>", "\n", "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n",
                              "</tool_call>", "\n", trigger="<tool_call>"),
     "glm_4_7": XmlCallSyntax("<tool_call>", "", "<arg_key>", "</arg_key><arg_value>", "</arg_value>", "</tool_call>",
@@ -157,7 +170,8 @@ def forced_calls(fmt: str, tools: Sequence[FunctionTool], *, parallel: bool, thi
         return None
     rules = _Rules()
     calls = rules.calls(syntax, tools, parallel)
-    rules.add("root", _with_reasoning(rules, syntax.reasoning, calls, thinking_open, may_think))
+    resume = syntax.after_reasoning if isinstance(syntax, CallSyntax) else ""
+    rules.add("root", _with_reasoning(rules, syntax.reasoning, calls, thinking_open, may_think, resume))
     return Grammar(rules.text())
 
 
@@ -227,12 +241,14 @@ def _key(name: str) -> str:
 
 
 def _with_reasoning(rules: _Rules, tags: tuple[str, str] | None, body: str, thinking_open: bool,
-                    may_think: bool) -> str:  # fmt: skip
+                    may_think: bool, resume: str = "") -> str:  # fmt: skip
+    """`body`, after a reasoning block when the prompt opened one or the model may write
+    one; `resume` is written between the block and `body`."""
     if tags is None or not (thinking_open or may_think):
         return body
     opening, closing = tags
     rules.add("reasoning", text_without(closing, rules))
-    block = f'reasoning {literal(closing)} [ \\t\\n]*'
+    block = f'reasoning {literal(closing + resume)} [ \\t\\n]*'
     return f"{block} {body}" if thinking_open else f"({literal(opening)} [ \\t\\n]* {block})? {body}"
 
 

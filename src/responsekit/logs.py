@@ -26,13 +26,15 @@ been sent (`api/request_ids.py`); uvicorn's own access log is turned off by the 
 
 
 class RequestInfo:
-    """The request a task works for: its id, its ASGI scope (for the route) and its model."""
+    """The request a task works for: its id, its ASGI scope (for the route), its model, and when it
+    arrived (`time.perf_counter()`: the access line's duration and the inspector's timeline count from it)."""
 
-    __slots__ = ("id", "model", "scope")
+    __slots__ = ("arrived", "id", "model", "scope")
 
-    def __init__(self, request_id: str, scope: dict[str, Any]) -> None:
+    def __init__(self, request_id: str, scope: dict[str, Any], arrived: float) -> None:
         self.id = request_id
         self.scope = scope
+        self.arrived = arrived
         self.model: str | None = None
 
     @property
@@ -55,6 +57,12 @@ def request_id() -> str | None:
     """The id of the request being served, if any."""
     info = current.get()
     return info.id if info is not None else None
+
+
+def request_arrived() -> float | None:
+    """When the request being served arrived (`time.perf_counter()`), if any."""
+    info = current.get()
+    return info.arrived if info is not None else None
 
 
 def note_model(model: str) -> None:

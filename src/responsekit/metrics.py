@@ -9,7 +9,8 @@ The gateway's overhead is benchmarked, so a generation is observed once: `render
 its `Observation` the first output token (once), each `Usage` and the `Error`, and the
 observation writes its samples when the generation ends. Label children are cached, since
 `labels()` costs more than the sample it finds. Background runs and the ingestion queue are
-read when scraped (`ScrapeTime`), costing nothing between scrapes.
+read when scraped (`ScrapeTime`), costing nothing between scrapes, and so are the members of
+engine pools (`PoolMembers`, issue 17), labelled by their configured upstream names.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .events import Error, Event, ReasoningDelta, RefusalDelta, TextDelta, ToolCallStart, Usage
@@ -74,6 +75,9 @@ class Metrics:
         self.requests = Counter("responsekit_requests", "Generation requests by route, model and status (HTTP status "
                                 "a non-streaming client gets; 499: the client left).", ["route", "model", "status"],
                                 registry=registry)  # fmt: skip
+        self.http = Counter("responsekit_http_requests", "Every HTTP answer by method, route template and status: "
+                            "requests refused before any engine (400, 401, 404, 413…) included; `unmatched` for "
+                            "paths no route serves.", ["method", "route", "status"], registry=registry)  # fmt: skip
         self.streams = Gauge("responsekit_streams_in_flight", "Streamed generations being sent.", registry=registry)
         self.engine_errors = Counter("responsekit_engine_errors", "Engine faults by upstream and kind (refused, dropped, "
                                      "timeout, rate_limited, server_error, malformed).", ["upstream", "kind"],
@@ -93,6 +97,10 @@ class Metrics:
     def observation(self, route: str, stream: bool) -> Observation:
         """A generation request that arrived now on `route` (a template such as `/v1/responses`)."""
         return Observation(self, route, stream)
+
+    def answered(self, method: str, route: str | None, status: int | None) -> None:
+        """One HTTP answer (`api/request_ids.py`); `status` None: the client left before any."""
+        self.child(self.http, method, route or "unmatched", CLIENT_LEFT if status is None else str(status)).inc()
 
     def model_label(self, model: str) -> str:
         return model if self.serves(model) else "other"
@@ -250,3 +258,28 @@ class ScrapeTime(Collector):
         for state, count in self.ingestion().items():
             queue.add_metric([state], count)
         yield queue
+
+
+class PoolMembers(Collector):
+    """Each pool member's state, read when scraped (issue 17): whether it takes requests (0 while
+    it cools down after failing), its requests in flight, and its failures."""
+
+    def __init__(self, members: Callable[[], list[Any]]) -> None:
+        self.members = members
+        """The router's `members()`: objects with `name` and `state()`."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        healthy = GaugeMetricFamily("responsekit_upstream_healthy", "1 while a pool member takes requests, 0 while "
+                                    "it cools down after failing.", labels=["upstream"])  # fmt: skip
+        in_flight = GaugeMetricFamily("responsekit_upstream_in_flight", "Requests a pool member is generating.",
+                                      labels=["upstream"])  # fmt: skip
+        failures = CounterMetricFamily("responsekit_upstream_failures", "Failures of a pool member (refused, reset, "
+                                       "502/503, timed out, failed probes).", labels=["upstream"])  # fmt: skip
+        for member in self.members():
+            state = member.state()
+            healthy.add_metric([member.name], 1 if state["state"] == "healthy" else 0)
+            in_flight.add_metric([member.name], state["in_flight"])
+            failures.add_metric([member.name], state["failures"])
+        yield healthy
+        yield in_flight
+        yield failures

@@ -46,6 +46,7 @@ from .rendering import rendered
 from .runs import TERMINAL, ResponseRendering, Run, Runs
 from .sealing import Sealer
 from .store import Store
+from .timeline import Timeline
 from .tools import ServerTools
 from .tools.file_search import add_file_search
 from .tools.mcp import McpServer, add_mcp_servers
@@ -101,6 +102,9 @@ class Prepared:
     generation: GenerationRequest
     toolset: ToolSet
     server_tools: ServerTools
+    timeline: Timeline | None
+    """When its events went out, from the request's arrival, stored with the response; None when
+    it is not stored (`store: false`), so that nothing is noted per event for nothing."""
 
     @property
     def response(self) -> dict[str, Any]:
@@ -109,6 +113,19 @@ class Prepared:
     def continuation(self) -> list[dict[str, Any]]:
         """The items a next turn continuing this response builds on."""
         return self.history + self.inputs + self.response["output"]
+
+
+def _affinity_key(request: ResponseRequest, history: list[dict[str, Any]]) -> str | None:
+    """What ties this request to the earlier ones an engine may still cache (issue 17): the
+    client's `prompt_cache_key`, else its conversation, else its `previous_response_id` chain,
+    named by the chain's first item (the same for every turn of the chain)."""
+    if request.generation.prompt_cache_key:
+        return f"prompt_cache_key:{request.generation.prompt_cache_key}"
+    if request.conversation_id:
+        return f"conversation:{request.conversation_id}"
+    if request.previous_response_id and history and history[0].get("id"):
+        return f"chain:{history[0]['id']}"
+    return None
 
 
 class Orchestrator:
@@ -131,6 +148,7 @@ class Orchestrator:
         self.summarizer_model = summarizer_model
 
     async def prepare(self, request: ResponseRequest, owner: str, cache: History | None = None) -> Prepared:
+        timeline = Timeline() if request.store else None  # background runs are stored (a 400 otherwise)
         history = await self._history(request, owner, cache)
         inputs = normalize_items(await self._resolve_references(request.input, owner))
         if request.conversation_id:
@@ -153,11 +171,14 @@ class Orchestrator:
             messages=self._messages(request, toolset, items),
             tools=tools,
             parallel_tool_calls=request.generation.parallel_tool_calls if tools else None,
+            affinity_key=_affinity_key(request, history),
         )
         renderer = request.renderer(toolset)
         for item in server_tools.ready_items:
             renderer.add_ready_item(item)
-        prepared = Prepared(request, owner, history, inputs, renderer, upstream, generation, toolset, server_tools)
+        prepared = Prepared(
+            request, owner, history, inputs, renderer, upstream, generation, toolset, server_tools, timeline
+        )
         await self._compact_if_needed(prepared)
         return prepared
 
@@ -261,8 +282,17 @@ class Orchestrator:
 
     # --- generation ---------------------------------------------------------------------
 
-    async def canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
-        """The response's canonical events: generations, with server-run tools in between.
+    def canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """The response's canonical events: generations, with server-run tools in between."""
+        if tracing.active is None:
+            return self._canonical(prepared)
+        attributes = {"gen_ai.request.model": prepared.generation.model, "gen_ai.response.id": prepared.response["id"]}
+        if prepared.request.conversation_id:
+            attributes["gen_ai.conversation.id"] = prepared.request.conversation_id
+        return tracing.orchestrate(self._canonical(prepared), attributes)
+
+    async def _canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """Generations, with server-run tools in between.
 
         When the model calls a tool this server runs (file_search, MCP), the call is run,
         its result goes to the renderer and, with the call, back to the model in a next
@@ -366,16 +396,20 @@ class Orchestrator:
         """The response's events; it is persisted before its terminal event goes out."""
         if observation is not None:
             observation.serving(prepared.generation.model, prepared.upstream.name)
+        timeline = prepared.timeline
         async for event in rendered(prepared.renderer, self.canonical(prepared), observation):
+            if timeline is not None:
+                timeline.saw(event)
             if event["type"] in TERMINAL:
                 await self._persist(prepared)
             yield event
 
     async def _persist(self, prepared: Prepared) -> None:
         conversation = prepared.request.conversation_id
-        if prepared.request.store:
+        if prepared.request.store and prepared.timeline is not None:
             await self.store.save_response(
-                prepared.owner, prepared.response, prepared.inputs, conversation, request_id=request_id()
+                prepared.owner, prepared.response, prepared.inputs, conversation, request_id=request_id(),
+                timeline=prepared.timeline.record(),
             )
         elif conversation:
             await self.store.add_conversation_items(conversation, prepared.inputs + prepared.response["output"])
@@ -391,9 +425,11 @@ class Orchestrator:
         return self.runs.launch(prepared.response["id"], lambda run: self._run(prepared, run, observation))
 
     async def _run(self, prepared: Prepared, run: Run, observation: Observation | None) -> None:
-        renderer = prepared.renderer
+        renderer, timeline = prepared.renderer, prepared.timeline
+        assert timeline is not None, "background responses are stored"
         try:
             async for event in rendered(renderer, self.canonical(prepared), observation):
+                timeline.saw(event)
                 run.publish(event)
                 if event["type"] == "response.in_progress":
                     await self.store.update_response(renderer.response)
@@ -403,16 +439,20 @@ class Orchestrator:
             else:
                 ending = renderer.cancel()
             for event in ending:
+                timeline.saw(event)
                 run.publish(event)
         except Exception:
             log.exception("background response %s failed", renderer.response["id"])
             for event in renderer.feed(Error("server_error", "The server had an error while running this response.", 500)):
+                timeline.saw(event)
                 run.publish(event)
         finally:
             run.finishing = True
             async with run.lock:
                 events, run.pending = run.pending, []
-            finish = self.store.finish_response(renderer.response, events, prepared.request.conversation_id)
+            finish = self.store.finish_response(
+                renderer.response, events, prepared.request.conversation_id, timeline.record()
+            )
             run.stored = await asyncio.shield(finish)  # followers see the end once it is stored
 
 

@@ -215,6 +215,7 @@ class Runs:
             # last events stored, before some this follower got from memory.
             ahead = True
         poll = SAFETY_POLL_INTERVAL if self.store.notified_across_processes else POLL_INTERVAL
+        finished = False
         with self.store.watch(response_id) as changed:
             while True:
                 changed.clear()
@@ -229,13 +230,20 @@ class Runs:
                     if kind in TERMINAL:
                         return
                 if not rows:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(changed.wait(), poll)
+                    if finished:
+                        return  # its terminal event came before `after`: nothing will follow (never a hang)
+                    # A run's end stores its last events with its status: once it is seen finished,
+                    # one more read finds every event there is.
+                    finished = not await self.store.running(response_id)
+                    if not finished:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(changed.wait(), poll)
 
     async def _maintain(self) -> None:
         """Every third of a lease: renew this process's leases, stop its runs that were cancelled
-        (in case the notification was lost) or ended elsewhere, and fail runs whose lease ran out (so within 4/3 of a lease of their
-        process's death, plus a second: leases are whole seconds)."""
+        (in case the notification was lost) or ended elsewhere, and fail runs whose lease ran
+        out (so within 4/3 of a lease of their process's death, plus a second: leases are whole
+        seconds)."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:

@@ -37,8 +37,10 @@ MAX_REPEAT = 1_000_000
 _END_MARKERS = (
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<end_of_turn>", "<|endoftext|>",
     "<|END_OF_TURN_TOKEN|>", "<|eot|>", "<｜end▁of▁sentence｜>", "<|end|>", "<|return|>", "<|call|>",
+    "</assistant>", "<sep>",
 )  # fmt: skip
-"""End-of-turn markers; those a template writes become stop sequences."""
+"""End-of-turn markers; those a template writes become stop sequences (`</assistant>`:
+poolside Laguna; `<sep>`: Reka Edge, found by tests/test_template_calls.py)."""
 _HARMONY_ENDS = ("<|return|>", "<|call|>")
 """gpt-oss writes `<|end|>` between its channels: only these end its turn."""
 

@@ -6,9 +6,13 @@ costs one test of `active`; on, `configure()` builds the SDK's tracer provider w
 exporter (`http/protobuf` by default, `grpc` through `OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL`)
 and a batch processor, which read their other variables themselves.
 
-One trace per request: the HTTP server span (`api/request_ids.py`), a `chat {model}` client
-span per engine call with the GenAI semantic conventions' attributes (`generate()`), MCP and
-file_search calls, store writes (`span()`). The engine call's span travels to the engine as
+One trace per request: the HTTP server span (`api/request_ids.py`), a response's orchestration
+(`invoke_agent responsekit`, its generations and server-run tools: `orchestrate()`), a `chat
+{model}` client span per engine call with the GenAI semantic conventions' attributes
+(`generate()`), MCP and file_search calls, store writes (`span()`). A background run's
+orchestration stays a child of the request that queued it, which has ended by then; a
+WebSocket's responses have no HTTP request of their own, so each one's orchestration is the root
+of its trace. The engine call's span travels to the engine as
 W3C `traceparent` (`engine_headers()`), so an engine's own spans (vLLM's) join the trace.
 Prompts and answers are recorded only with `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`,
 as the conventions ask.
@@ -126,21 +130,13 @@ class Tracing:
         if self.capture_content:
             attributes["gen_ai.input.messages"] = json.dumps(_messages(request), ensure_ascii=False)
         span = self.tracer.start_span(f"chat {request.model}", kind=self._client, attributes=attributes)
-        current = self._trace.set_span_in_context(span)
         started = time.perf_counter()
         first_token = False
         text: list[str] = []
-        events = backend.generate(request)
         try:
-            async with aclosing(events):
-                while True:
-                    token = self._context.attach(current)  # the engine's request carries this span
-                    try:
-                        event = await anext(events, None)
-                    finally:
-                        self._context.detach(token)
-                    if event is None:
-                        break
+            # Closed here, not left to the garbage collector: closing it ends the engine's request.
+            async with aclosing(self._within(span, backend.generate(request))) as events:
+                async for event in events:  # each made with this span current: the engine's request carries it
                     if not first_token and isinstance(event, FIRST_CONTENT):
                         first_token = True
                         seconds = time.perf_counter() - started
@@ -157,6 +153,8 @@ class Tracing:
                         span.set_attribute("error.type", event.code)
                         span.set_status(self._trace.StatusCode.ERROR, event.message)
                     yield event
+        except GeneratorExit:  # its consumer had what it wanted
+            raise
         except BaseException as exc:
             span.set_attribute("error.type", type(exc).__qualname__)
             span.set_status(self._trace.StatusCode.ERROR, str(exc))
@@ -166,6 +164,39 @@ class Tracing:
                 output = [{"role": "assistant", "parts": [{"type": "text", "content": "".join(text)}]}]
                 span.set_attribute("gen_ai.output.messages", json.dumps(output, ensure_ascii=False))
             span.end()
+
+    async def orchestrate(self, events: AsyncIterator[Event], attributes: dict[str, Any]) -> AsyncIterator[Event]:
+        span = self.tracer.start_span("invoke_agent responsekit", attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": SERVICE_NAME, **attributes})  # fmt: skip
+        try:
+            async with aclosing(self._within(span, events)) as within:
+                async for event in within:
+                    if isinstance(event, Error):
+                        span.set_attribute("error.type", event.code)
+                        span.set_status(self._trace.StatusCode.ERROR, event.message)
+                    yield event
+        except GeneratorExit:  # its consumer had what it wanted (a response ends at its terminal event)
+            raise
+        except BaseException as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            raise
+        finally:
+            span.end()
+
+    async def _within(self, span: Any, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """`events`, each made with `span` current: the context is attached around each step only,
+        since a generator's consumer may resume it from another context."""
+        current = self._trace.set_span_in_context(span)
+        async with aclosing(events):  # type: ignore[type-var]
+            while True:
+                token = self._context.attach(current)
+                try:
+                    event = await anext(events, None)
+                finally:
+                    self._context.detach(token)
+                if event is None:
+                    return
+                yield event
 
     def engine_headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
@@ -212,6 +243,13 @@ def generate(backend: Backend, request: GenerationRequest, response_id: str | No
     if active is None:
         return backend.generate(request)
     return active.generate(backend, request, response_id)
+
+
+def orchestrate(events: AsyncIterator[Event], attributes: dict[str, Any]) -> AsyncIterator[Event]:
+    """A response's canonical events (generations and server-run tools) in one span when traces are on."""
+    if active is None:
+        return events
+    return active.orchestrate(events, attributes)
 
 
 def span(name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:

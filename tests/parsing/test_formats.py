@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from responsekit.parsing import get_parser
 
-from .parsing_support import Folded, check_soup, run
+from .parsing_support import Folded, check_soup, run, split_at
 
 WEATHER = [
     {
@@ -183,6 +184,48 @@ def test_harmony_recipient_in_the_role_header_and_on_analysis() -> None:
     assert r.reasoning == "Think." and args(r) == [{"city": "Paris"}]
     raw = '<|channel|>analysis to=functions.get_weather<|message|>{"city": "Oslo"}'
     assert args(parse("gpt_oss_harmony", raw)) == [{"city": "Oslo"}]
+
+
+HARMONY_LEADING_RECIPIENTS = [
+    # What gpt-oss's own template renders after its generation prompt `<|start|>assistant`
+    # (issue 18): the recipient in the role header the prompt left open.
+    ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>',
+    ' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}',
+    'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
+]
+
+
+@pytest.mark.parametrize("raw", HARMONY_LEADING_RECIPIENTS)
+def test_harmony_recipient_opening_the_answer_is_a_call_on_every_split(raw: str) -> None:
+    expected = parse("gpt_oss_harmony", raw).comparable(False)
+    assert expected == ("", "", ((None, "get_weather", '{"city": "Paris"}', True),))
+    for cut in range(1, len(raw)):
+        for cuts in ([cut], [cut, cut + 1], [cut, cut + 7]):
+            parser = get_parser("gpt_oss_harmony")(WEATHER)
+            assert run(parser, split_at(raw, cuts)).comparable(False) == expected, cuts
+
+
+def test_harmony_opening_recipient_is_held_back_until_a_marker_decides() -> None:
+    parser = get_parser("gpt_oss_harmony")(WEATHER)
+    assert parser.feed(" t") == [] and parser.feed("o=functions.get_") == []
+    assert parser.feed("weather<|chan") == []
+    assert parser.feed("nel|>commentary json<|message|>") != []  # the call starts here
+
+
+@pytest.mark.parametrize(
+    ("raw", "content"),
+    [
+        ("tomorrow<|channel|>final<|message|>Sunny.", "tomorrowSunny."),
+        (" to be sure<|channel|>final<|message|>Sunny.", "to be sureSunny."),
+        (" to=x\nnot a header<|channel|>final<|message|>Sunny.", "to=x\nnot a headerSunny."),
+        (" to=", "to="),
+        ("<|message|>stray", "<|message|>stray"),
+    ],
+)
+def test_harmony_opening_text_that_is_no_recipient_is_content(raw: str, content: str) -> None:
+    """(Leading whitespace of the content is dropped, as for every format.)"""
+    r = parse("gpt_oss_harmony", raw)
+    assert (r.content, r.calls) == (content, [])
 
 
 def test_harmony_preamble_is_content_and_thinking_open_starts_in_analysis() -> None:

@@ -1,4 +1,4 @@
-"""DeepSeek V3.1 / V3.2 DSML, GLM, Kimi, MiniMax, Seed-OSS, Gemma 4 and FunctionGemma
+"""DeepSeek V3.1 / V3.2 and V4 DSML, GLM, Kimi, MiniMax, Seed-OSS, Gemma 4 and FunctionGemma
 beyond the corpus: leniency, typing, ids, streaming, truncation, stop tokens."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_deepseek_v3_1_thinking_open_from_the_prompt() -> None:
     assert not cls.thinking_open_in("<｜User｜>hi<｜Assistant｜></think>")
 
 
-# --- DeepSeek V3.2 DSML -----------------------------------------------------------------
+# --- DeepSeek V3.2 / V4 DSML ------------------------------------------------------------
 
 DSML = "｜DSML｜"
 
@@ -155,6 +155,34 @@ def test_dsml_invoke_outside_a_block_and_text_after() -> None:
     raw = f'<{DSML}invoke name="configure">\n<{DSML}parameter name="count" string="false">3</{DSML}parameter>\n</{DSML}invoke>\nThen this.<｜end▁of▁sentence｜>'
     r = parse("deepseek_v3_2_dsml", raw)
     assert (r.content, args(r)) == ("Then this.", [{"count": 3}])
+
+
+@pytest.mark.parametrize("fmt", ["deepseek_v3_2_dsml", "deepseek_v4_dsml"])
+@pytest.mark.parametrize("block", ["function_calls", "tool_calls"])
+def test_dsml_block_of_either_version_is_read_whole(fmt: str, block: str) -> None:
+    """V3.2 names the block `function_calls`, V4 `tool_calls` (issue 18): either one's
+    markers are read, none comes back as text, and text after the block is content."""
+    raw = (
+        f'Sure.\n\n<{DSML}{block}>\n<{DSML}invoke name="configure">\n'
+        f'<{DSML}parameter name="name" string="true">Paris</{DSML}parameter>\n'
+        f'<{DSML}parameter name="count" string="false">2</{DSML}parameter>\n</{DSML}invoke>\n'
+        f'<{DSML}invoke name="configure">\n</{DSML}invoke>\n</{DSML}{block}>Done.<｜end▁of▁sentence｜>'
+    )
+    r = parse(fmt, raw)
+    assert (r.content, args(r)) == ("Sure.\n\nDone.", [{"name": "Paris", "count": 2}, {}])
+
+
+def test_dsml_v4_block_closing_a_call_without_its_invoke_end() -> None:
+    raw = f'<{DSML}tool_calls>\n<{DSML}invoke name="configure">\n</{DSML}tool_calls>After.'
+    r = parse("deepseek_v4_dsml", raw)
+    assert (r.content, args(r)) == ("After.", [{}])
+
+
+def test_dsml_v4_partial_block_marker_is_held_back() -> None:
+    """A cut `<｜DSML｜tool_ca…` is neither text nor a call until it is decided."""
+    parser = get_parser("deepseek_v4_dsml")(CONFIGURE)
+    snapshot = run(parser, ["Hi<", f"{DSML}tool_ca"], finish=False)
+    assert (snapshot.content, snapshot.calls) == ("Hi", [])
 
 
 def test_dsml_thinking_reopens_after_tool_results() -> None:
@@ -416,11 +444,26 @@ FRAGMENTS_B = {
         "</think>",
         f"<{DSML}function_calls>",
         f"</{DSML}function_calls>",
+        f"</{DSML}tool_calls>",
         f'<{DSML}invoke name="f">',
         f"</{DSML}invoke>",
         f'<{DSML}parameter name="n" string="false">',
         f'<{DSML}parameter name="s" string="true">',
         f'<{DSML}parameter name="n">',
+        f"</{DSML}parameter>",
+        "<｜end▁of▁sentence｜>",
+    ],
+    "deepseek_v4_dsml": [
+        "<think>",
+        "</think>",
+        f"<{DSML}tool_calls>",
+        f"</{DSML}tool_calls>",
+        f"<{DSML}function_calls>",
+        f"</{DSML}function_calls>",
+        f'<{DSML}invoke name="f">',
+        f"</{DSML}invoke>",
+        f'<{DSML}parameter name="n" string="false">',
+        f'<{DSML}parameter name="s" string="true">',
         f"</{DSML}parameter>",
         "<｜end▁of▁sentence｜>",
     ],

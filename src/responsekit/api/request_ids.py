@@ -5,7 +5,8 @@ error middleware, so a 500 carries the id too): Starlette's `BaseHTTPMiddleware`
 in a task group and copies bodies through memory streams, tens of microseconds a request and
 a hop per streamed frame. Here a request costs an id, a context variable and a wrapped `send`
 whose only work is on `http.response.start`. With traces on (`tracing.py`), the request's
-server span is started and ended here too.
+server span is started and ended here too; with metrics on, every answer is counted here, so
+that requests refused before any engine are counted as well.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from .. import tracing
 from ..ids import new_id
 from ..logs import ACCESS_LOGGER, RequestInfo, current
+from ..metrics import Metrics
 
 HEADER = b"x-request-id"
 SANE_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
@@ -35,8 +37,9 @@ def client_id(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 class RequestIds:
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, metrics: Metrics | None = None) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -45,10 +48,11 @@ class RequestIds:
             return
         request_id = client_id(scope["headers"]) or new_id("req")
         header = (HEADER, request_id.encode("ascii"))
-        token = current.set(RequestInfo(request_id, scope))
+        info = RequestInfo(request_id, scope, time.perf_counter())
+        token = current.set(info)
         try:
             if kind == "http":
-                await self._http(scope, receive, send, header)
+                await self._http(scope, receive, send, header, info)
             else:  # a WebSocket: its handshake answer carries the id (headers of `websocket.accept`)
 
                 async def accept_with_id(message: dict[str, Any]) -> None:
@@ -60,8 +64,9 @@ class RequestIds:
         finally:
             current.reset(token)
 
-    async def _http(self, scope: dict[str, Any], receive: Any, send: Any, header: tuple[bytes, bytes]) -> None:
-        started = time.perf_counter()
+    async def _http(
+        self, scope: dict[str, Any], receive: Any, send: Any, header: tuple[bytes, bytes], info: RequestInfo
+    ) -> None:
         status: int | None = None
 
         async def send_with_id(message: dict[str, Any]) -> None:
@@ -77,8 +82,10 @@ class RequestIds:
         finally:
             if traced is not None:
                 tracing.active.end_server_span(*traced, scope, status)  # type: ignore[union-attr]
+            if self.metrics is not None:
+                self.metrics.answered(scope["method"], info.route, status)
             if access_log.isEnabledFor(logging.INFO):
-                _access_line(scope, status, time.perf_counter() - started)
+                _access_line(scope, status, time.perf_counter() - info.arrived)
 
 
 def _access_line(scope: dict[str, Any], status: int | None, seconds: float) -> None:

@@ -115,6 +115,11 @@ def kind_from_url(base_url: str) -> EngineKind:
     return "openai" if host == "api.openai.com" else "generic"
 
 
+UNAVAILABLE = (502, 503)
+"""Statuses of an engine (or the proxy in front of it) that did not take the request: another
+member of its pool may (issue 17)."""
+
+
 def upstream_error(status: int, text: str) -> Error:
     """The canonical error for an engine's HTTP error answer (or an error chunk)."""
     message = text.strip()
@@ -140,7 +145,7 @@ def upstream_error(status: int, text: str) -> Error:
         return Error("model_not_found", message, 404)
     if 400 <= status < 500:
         return Error("invalid_request_error", message, 400 if status == 422 else status)
-    return Error("server_error", message, 502)
+    return Error("server_error", message, 502, unanswered=status in UNAVAILABLE)
 
 
 class ChatUpstream:
@@ -334,16 +339,26 @@ class ChatUpstream:
                         yield event
                 finally:
                     await payloads.drain()
-        except httpx.TimeoutException:
-            yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
+        except httpx.TimeoutException as exc:
+            yield timeout_error(self.name, self.config.timeout, exc)
         except httpx.HTTPError as exc:
             yield transport_error(self.name, exc)
 
 
 def transport_error(name: str, exc: httpx.HTTPError) -> Error:
-    """A failed exchange with an engine: `refused` when no connection was made, else `dropped`."""
+    """A failed exchange with an engine: `refused` when no connection was made, else `dropped`.
+    Either may have happened before the answer began: a pool tries another member when the
+    client saw nothing yet (issue 17)."""
     fault = "refused" if isinstance(exc, httpx.ConnectError) else "dropped"
-    return Error("server_error", f"upstream {name} failed: {exc!r}", 502, fault)
+    return Error("server_error", f"upstream {name} failed: {exc!r}", 502, fault, unanswered=True)
+
+
+def timeout_error(name: str, timeout: float, exc: httpx.TimeoutException) -> Error:
+    """An engine that did not answer in time; one that could not even be connected to is
+    `unanswered` (issue 17)."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return Error("timeout", f"upstream {name} could not be connected to: {exc}", 504, unanswered=True)
+    return Error("timeout", f"upstream {name} did not answer within {timeout:g}s", 504)
 
 
 async def error_answer(answer: Answer, recording: Recording | None) -> Error | None:

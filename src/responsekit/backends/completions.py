@@ -23,7 +23,14 @@ from ..grammars import Grammar
 from ..jsontext import json_utf8
 from ..record import Recorder, Recording
 from ..templates import ChatTemplate, TemplateError, load_template
-from .chat_upstream import JSON_HEADERS, ChatUpstream, SSEPayloads, error_answer, transport_error
+from .chat_upstream import (
+    JSON_HEADERS,
+    ChatUpstream,
+    SSEPayloads,
+    error_answer,
+    timeout_error,
+    transport_error,
+)
 from .prompting import ModelPrompting, Plan, text_chunk
 
 log = logging.getLogger(__name__)
@@ -56,11 +63,12 @@ class CompletionsUpstream(ChatUpstream):
         return found
 
     async def _engine_template(self, model: str) -> ChatTemplate:
+        """The engine's template; an engine that cannot be reached raises httpx's error."""
         root = self.config.base_url.removesuffix("/v1")
+        answer = await self._client.get(f"{root}/props", params={"model": model})
         try:
-            answer = await self._client.get(f"{root}/props", params={"model": model})
             props = answer.json() if answer.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError):
+        except ValueError:
             props = {}
         source = props.get("chat_template") if isinstance(props, dict) else None
         if not isinstance(source, str) or not source:
@@ -109,7 +117,7 @@ class CompletionsUpstream(ChatUpstream):
         """Exact: the rendered prompt tokenized by the engine; else estimated."""
         try:
             prompting = await self.prompting(request.model)
-        except TemplateError:  # the engine tells no template: count as a chat engine would
+        except (TemplateError, httpx.HTTPError):  # no template known: count as a chat engine would
             return await super().count_tokens(request)
         prompt = prompting.prompt_or_raise(request)
         count = await self._tokenized(prompt, request.model)
@@ -153,6 +161,9 @@ class CompletionsUpstream(ChatUpstream):
         except TemplateError as exc:
             yield Error("server_error", str(exc), 502)
             return
+        except httpx.HTTPError as exc:  # not even its template came: another pool member may answer (issue 17)
+            yield transport_error(self.name, exc)
+            return
         if isinstance(plan, Error):
             yield plan
             return
@@ -192,8 +203,8 @@ class CompletionsUpstream(ChatUpstream):
                         yield event
                 for event in translator.finish():
                     yield event
-        except httpx.TimeoutException:
-            yield Error("timeout", f"upstream {self.name} did not answer within {self.config.timeout:g}s", 504)
+        except httpx.TimeoutException as exc:
+            yield timeout_error(self.name, self.config.timeout, exc)
         except httpx.HTTPError as exc:
             yield transport_error(self.name, exc)
 

@@ -1,9 +1,11 @@
 """Which backend serves which model: configured or probed engines, in-process models,
-aliases, a default model."""
+aliases, a default model. Upstreams that serve the same model (or share a `pool`) serve it
+as a pool (issue 17)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -19,6 +21,7 @@ from . import Backend
 from .chat_upstream import ChatUpstream
 from .completions import CompletionsUpstream
 from .llama_cpp import LlamaCppBackend
+from .pool import Member, Pool
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,8 @@ PROBE_TARGETS: tuple[tuple[str, str], ...] = (
 )
 REFRESH_INTERVAL = 10.0
 """Seconds between model-list refreshes triggered by requests for unknown models."""
+PROBE_INTERVAL = 2.0
+"""Seconds between probes (`GET /models`) of the pool members that failed, until they answer."""
 DEFAULT_MODEL_CONTEXT = 8192
 """The embedded model's context per sequence (Gemma 3 270M reads 32k; this keeps memory small)."""
 DEFAULT_MODEL_MAX_OUTPUT = 256
@@ -62,14 +67,21 @@ class ModelRouter:
         self._data_dir = settings.data_dir
         self.default_model_status: dict[str, Any] | None = None
         """Why the embedded default model is served, or why it could not be (`/health`)."""
+        self.balance = settings.balance
         self._models: dict[str, Backend] = {}
         self._reachable: dict[str, bool] = {}
+        self._members: dict[int, Member] = {}
+        """Each pooled upstream's state, by the upstream's id (shared by the pools of its models)."""
+        self._pools: dict[tuple[str, str], Pool] = {}
+        """Pools by (pool name, model)."""
+        self._prober: asyncio.Task[None] | None = None
         self._refreshed_at = float("-inf")
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         await asyncio.gather(*(engine.start() for engine in self.engines))
         await self.refresh()
+        self._prober = asyncio.create_task(self._probe_members())
         if not self.upstreams and not self.engines:
             where = ", ".join(url for _, url in PROBE_TARGETS) if self.probing else "probing is off"
             if self._fallback:
@@ -99,6 +111,10 @@ class ModelRouter:
         await self.refresh()
 
     async def aclose(self) -> None:
+        if self._prober is not None:
+            self._prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prober
         await asyncio.gather(*(backend.aclose() for backend in [*self.upstreams, *self.engines]))
 
     async def refresh(self) -> None:
@@ -109,10 +125,62 @@ class ModelRouter:
                 await self._probe()
             models: dict[str, Backend] = {engine.config.name: engine for engine in self.engines if engine.loaded}
             listed = await asyncio.gather(*(self._list(upstream) for upstream in self.upstreams))
-            for upstream, names in zip(self.upstreams, listed):
+            serving: dict[str, list[ChatUpstream]] = {}
+            for upstream, names in zip(self.upstreams, self._pooled_names(listed)):
                 for name in names:
-                    models.setdefault(name, upstream)
+                    serving.setdefault(name, []).append(upstream)
+            for name, upstreams in serving.items():
+                models.setdefault(name, self._backend(name, upstreams))
             self._models = models
+
+    def _pooled_names(self, listed: list[list[str]]) -> list[list[str]]:
+        """Each upstream's models; one of a named pool that listed none (it is down) is taken to
+        serve what the rest of its pool serves, so that it is probed and rejoins."""
+        pools: dict[str, list[str]] = {}
+        for upstream, names in zip(self.upstreams, listed):
+            if upstream.config.pool is not None:
+                pools.setdefault(upstream.config.pool, []).extend(names)
+        return [
+            names or list(dict.fromkeys(pools[upstream.config.pool])) if upstream.config.pool else names
+            for upstream, names in zip(self.upstreams, listed)
+        ]
+
+    def _backend(self, model: str, upstreams: list[ChatUpstream]) -> Backend:
+        """The backend of a model: its first upstream, or the pool that upstream belongs to
+        (its named pool, else every other upstream of the model outside a named pool)."""
+        group = upstreams[0].config.pool
+        chosen = [upstream for upstream in upstreams if upstream.config.pool == group]
+        if len(chosen) == 1:
+            return chosen[0]
+        key = (group or model, model)
+        pool = self._pools.get(key)
+        if pool is None or [member.upstream for member in pool.members] != chosen:
+            members = [self._member(upstream) for upstream in chosen]
+            pool = self._pools[key] = Pool(group or model, members, self.balance)
+        for member in pool.members:
+            if not self._reachable.get(member.name, True) and not member.failures:
+                member.failed("it did not list its models")
+        return pool
+
+    def _member(self, upstream: ChatUpstream) -> Member:
+        member = self._members.get(id(upstream))
+        if member is None:
+            member = self._members[id(upstream)] = Member(upstream)
+        return member
+
+    async def _probe_members(self) -> None:
+        """Ask each member that failed for its `/models` until it answers: then it takes requests again."""
+        while True:
+            await asyncio.sleep(PROBE_INTERVAL)
+            failing = [member for member in self._members.values() if member.failures]
+            results = await asyncio.gather(
+                *(member.upstream.list_models() for member in failing), return_exceptions=True
+            )
+            for member, result in zip(failing, results):
+                if isinstance(result, BaseException):
+                    member.failed(f"probe: {result!r}")
+                else:
+                    member.answered()
 
     async def _list(self, upstream: ChatUpstream) -> list[str]:
         try:
@@ -186,6 +254,15 @@ class ModelRouter:
                 entries.append({"id": alias, "object": "model", "created": 0, "owned_by": upstream.name})
         return entries
 
+    def _member_state(self, upstream: ChatUpstream) -> dict[str, Any]:
+        """A pool member's state for `/health` (nothing for an upstream outside pools)."""
+        member = self._members.get(id(upstream))
+        return {} if member is None else member.state()
+
+    def members(self) -> list[Member]:
+        """Every pooled upstream (for the metrics)."""
+        return list(self._members.values())
+
     def health(self) -> dict[str, Any]:
         upstreams = [
             {
@@ -193,7 +270,8 @@ class ModelRouter:
                 "base_url": upstream.config.base_url,
                 "kind": upstream.kind,
                 "reachable": self._reachable.get(upstream.name, False),
-                "models": [name for name, owner in self._models.items() if owner is upstream],
+                "models": [name for name, owner in self._models.items() if _serves(owner, upstream)],
+                **self._member_state(upstream),
             }
             for upstream in self.upstreams
         ]
@@ -210,6 +288,13 @@ class ModelRouter:
         ]
         healthy = any(entry["reachable"] for entry in upstreams)
         body: dict[str, Any] = {"status": "ok" if healthy else "no_upstream", "upstreams": upstreams}
+        pools = [
+            {"name": name, "model": model, "balance": pool.balance, "members": [m.name for m in pool.members]}
+            for (name, model), pool in self._pools.items()
+            if self._models.get(model) is pool
+        ]
+        if pools:
+            body["pools"] = pools
         if self.default_model_status is not None:
             body["default_model"] = self.default_model_status
         if not healthy:
@@ -218,3 +303,10 @@ class ModelRouter:
                 "on its usual port or pass --upstream URL."
             )
         return body
+
+
+def _serves(backend: Backend, upstream: ChatUpstream) -> bool:
+    """Whether `backend` is `upstream` or a pool it belongs to."""
+    if isinstance(backend, Pool):
+        return any(member.upstream is upstream for member in backend.members)
+    return backend is upstream

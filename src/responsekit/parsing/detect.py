@@ -16,6 +16,7 @@ from responsekit.parsing.registry import available_formats
 # (format, markers that must all occur in the template source)
 _TEMPLATE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gpt_oss_harmony", ("<|channel|>", "<|message|>")),
+    ("deepseek_v4_dsml", ("｜DSML｜", "tool_calls>")),
     ("deepseek_v3_2_dsml", ("｜DSML｜",)),
     ("deepseek_r1", ("tool▁sep", "```json")),
     ("deepseek_v3_1", ("tool▁sep",)),
@@ -53,6 +54,7 @@ _MODEL_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (fmt, re.compile(pattern))
     for fmt, pattern in (
         ("gpt_oss_harmony", r"gpt-oss"),
+        ("deepseek_v4_dsml", r"deepseek-v4"),
         ("deepseek_v3_2_dsml", r"deepseek-v3\.2(?!-exp)"),
         ("deepseek_v3_1", r"deepseek-v3\.(1|2-exp)"),
         ("deepseek_r1", r"deepseek-(r1|v3-0324)"),

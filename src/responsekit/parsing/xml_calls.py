@@ -37,6 +37,8 @@ class XmlCallParser(TaggedParser):
     """
 
     block_close: ClassVar[str]
+    other_block_closes: ClassVar[tuple[str, ...]] = ()
+    """More markers ending a block, where a format's versions name it differently (DSML)."""
     function_open: ClassVar[str]
     function_close: ClassVar[str]
     param_open: ClassVar[str]
@@ -59,9 +61,10 @@ class XmlCallParser(TaggedParser):
     ) -> None:
         super().__init__(tools, thinking_open=thinking_open)
         cls = type(self)
-        self._block = MarkerScanner((cls.function_open, cls.block_close))
+        block_closes = (cls.block_close, *cls.other_block_closes)
+        self._block = MarkerScanner((cls.function_open, *block_closes))
         self._header_end = MarkerScanner((">",))
-        self._params = MarkerScanner((cls.param_open, cls.function_close, cls.block_close))
+        self._params = MarkerScanner((cls.param_open, cls.function_close, *block_closes))
         self._value_end = MarkerScanner(cls.value_ends)
         self._value_stops = self._value_end.starts | STRING_STOPS  # JSON-escaping is a no-op
         # Value ends of `trim_newlines` that skip `param_close` (never found otherwise).
@@ -117,7 +120,7 @@ class XmlCallParser(TaggedParser):
             self.handler = self._param_header
         elif marker:
             self._end_call()
-            if marker == self.block_close:  # `function_close` was missing
+            if marker != self.function_close:  # a block's end: `function_close` was missing
                 self.resume()
         return pos
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +49,20 @@ def paginate(items: list[dict[str, Any]], after: str | None, limit: int, order: 
     if after is not None:
         start = next((i + 1 for i, item in enumerate(ordered) if item.get("id") == after), len(ordered))
     return Page(ordered[start : start + limit], start + limit < len(ordered))
+
+
+@dataclass(slots=True)
+class Inspected:
+    """A stored response as the inspector shows it (`Store.inspected`)."""
+
+    response: dict[str, Any]
+    inputs: list[dict[str, Any]]
+    chain: list[str]
+    """The ids of the responses it continues (`previous_response_id`, followed), oldest first."""
+    request_id: str | None
+    timeline: dict[str, Any] | None
+    """`Timeline.record()`: None for a response stored before timelines were, or a background
+    run still running."""
 
 
 class DuplicateItem(ValueError):
@@ -95,15 +110,18 @@ class Store:
 
     async def save_response(
         self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], conversation_id: str | None = None,
-        request_id: str | None = None,
+        request_id: str | None = None, timeline: dict[str, Any] | None = None,
     ) -> None:
         """A finished response, its input and output items (and the conversation's new items): all or nothing.
 
-        `request_id` is the `x-request-id` of the request that created it (`request_id()`).
+        `request_id` is the `x-request-id` of the request that created it (`request_id()`),
+        `timeline` when its events went out (`Timeline.record()`), for the inspector.
         """
         with tracing.span("store save_response", {"db.operation.name": "save_response"}):
             async with self.database.transaction() as db:
-                await self._insert_response(db, owner, response, inputs, lease_until=None, request_id=request_id)
+                await self._insert_response(
+                    db, owner, response, inputs, lease_until=None, request_id=request_id, timeline=timeline
+                )
                 await self._insert_outputs(db, response, offset=len(inputs))
                 if conversation_id:
                     await self._append_conversation(db, conversation_id, inputs + response["output"])
@@ -114,7 +132,9 @@ class Store:
     ) -> None:
         """A background response before it runs: queued, with its inputs."""
         async with self.database.transaction() as db:
-            await self._insert_response(db, owner, response, inputs, lease_until=lease_until, request_id=request_id)
+            await self._insert_response(
+                db, owner, response, inputs, lease_until=lease_until, request_id=request_id, timeline=None
+            )
 
     async def update_response(self, response: dict[str, Any]) -> None:
         await self.database.execute(
@@ -123,7 +143,8 @@ class Store:
         )  # fmt: skip
 
     async def finish_response(
-        self, response: dict[str, Any], events: list[tuple[int, str]], conversation_id: str | None = None
+        self, response: dict[str, Any], events: list[tuple[int, str]], conversation_id: str | None = None,
+        timeline: dict[str, Any] | None = None,
     ) -> bool:
         """A background response's end: status, outputs, last events and conversation items together.
 
@@ -143,8 +164,8 @@ class Store:
                     )
                 ]
                 await db.execute(
-                    "UPDATE responses SET status = ?, body = ?, lease_until = NULL WHERE id = ?",
-                    response["status"], _dumps(response), response["id"],
+                    "UPDATE responses SET status = ?, body = ?, lease_until = NULL, timeline = ? WHERE id = ?",
+                    response["status"], _dumps(response), _dumps(timeline) if timeline else None, response["id"],
                 )  # fmt: skip
                 await self._insert_outputs(db, response, offset=len(inputs))
                 await self._insert_events(db, response["id"], events)
@@ -155,14 +176,16 @@ class Store:
 
     async def _insert_response(
         self, db: Connection, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int | None,
-        request_id: str | None,
+        request_id: str | None, timeline: dict[str, Any] | None,
     ) -> None:
         conversation = response.get("conversation") or {}
         await db.execute(
             "INSERT INTO responses (id, owner, created_at, status, background, previous_response_id, "
-            "conversation_id, body, lease_until, request_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "conversation_id, body, lease_until, request_id, model, timeline, stored_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             response["id"], owner, response["created_at"], response["status"], bool(response.get("background")),
             response.get("previous_response_id"), conversation.get("id"), _dumps(response), lease_until, request_id,
+            response.get("model"), _dumps(timeline) if timeline else None, _now_ms(),
         )  # fmt: skip
         await _insert_items(db, response["id"], inputs, offset=0, output=False)
 
@@ -315,12 +338,98 @@ class Store:
             marks = ", ".join("?" for _ in response_ids)
             await self.database.execute(f"UPDATE responses SET lease_until = ? WHERE id IN ({marks})", until, *response_ids)
 
+    async def running(self, response_id: str) -> bool:
+        """Whether a background response is still queued or in progress (False: finished, or gone)."""
+        row = await self.database.fetchrow("SELECT status FROM responses WHERE id = ?", response_id)
+        return row is not None and row[0] in RUNNING
+
     async def expired_runs(self, now: int) -> list[dict[str, Any]]:
         """Background responses whose runner stopped renewing its lease (it crashed or was killed)."""
         rows = await self.database.fetch(
             "SELECT body FROM responses WHERE status IN (?, ?) AND lease_until < ?", *RUNNING, now
         )
         return [json.loads(row[0]) for row in rows]
+
+    # --- the inspector (issue 16) ----------------------------------------------------------
+
+    async def listing(
+        self, owner: str, *, kind: str | None = None, model: str | None = None, status: str | None = None,
+        before: tuple[int, int, str] | None = None, limit: int = 50,
+    ) -> Page:
+        """This owner's responses and conversations, newest first, for the inspector's list.
+
+        Newest by `created_at` (seconds), then by when they were stored, then id. `model` and
+        `status` filter responses (a conversation has neither), `kind` (`response`,
+        `conversation`) keeps one of the two; `before` is the previous page's last row's `cursor`.
+        """
+        parts, args = [], []
+        for part, columns, table in (
+            ("response", "id, created_at, stored_ms, status, model, background, body, timeline", "responses"),
+            ("conversation", "id, created_at, stored_ms, NULL, NULL, FALSE, metadata, NULL", "conversations"),
+        ):
+            if kind not in (None, part) or (part == "conversation" and (model or status)):
+                continue
+            where = ["owner = ?"]
+            args.append(owner)
+            if part == "response" and model:
+                where.append("model = ?")
+                args.append(model)
+            if part == "response" and status:
+                where.append("status = ?")
+                args.append(status)
+            if before is not None:
+                created, stored, last = before
+                where.append("(created_at < ? OR (created_at = ? AND (stored_ms < ? OR (stored_ms = ? AND id < ?))))")
+                args += [created, created, stored, stored, last]
+            parts.append(f"SELECT '{part}' AS kind, {columns} FROM {table} WHERE {' AND '.join(where)}")
+        if not parts:
+            return Page([], False)
+        rows = await self.database.fetch(
+            f"SELECT * FROM ({' UNION ALL '.join(parts)}) listed ORDER BY created_at DESC, stored_ms DESC, id DESC "
+            "LIMIT ?",
+            *args, limit + 1,
+        )  # fmt: skip
+        listed = [
+            {"kind": row[0], "id": row[1], "created_at": int(row[2]), "cursor": (int(row[2]), int(row[3]), row[1]),
+             "status": row[4], "model": row[5], "background": bool(row[6]), "body": json.loads(row[7]),
+             "timeline": json.loads(row[8]) if row[8] else None}
+            for row in rows[:limit]
+        ]  # fmt: skip
+        return Page(listed, len(rows) > limit)
+
+    async def models(self, owner: str) -> list[str]:
+        """The models this owner's responses were made by, for the inspector's filter."""
+        rows = await self.database.fetch(
+            "SELECT DISTINCT model FROM responses WHERE owner = ? AND model IS NOT NULL ORDER BY model", owner
+        )
+        return [row[0] for row in rows]
+
+    async def inspected(self, owner: str, response_id: str) -> Inspected | None:
+        """A response with what the inspector shows beside it: its own input items, the chain of
+        responses it continues (oldest first), the request id and the timeline of its events."""
+        row = await self.database.fetchrow(
+            "SELECT body, request_id, timeline FROM responses WHERE id = ? AND owner = ?", response_id, owner
+        )
+        if row is None:
+            return None
+        inputs = await self.database.fetch(
+            "SELECT body FROM response_items WHERE response_id = ? AND NOT output ORDER BY position", response_id
+        )
+        chain = await self.database.fetch(
+            """WITH RECURSIVE chain (id, previous_response_id, depth) AS (
+                   SELECT id, previous_response_id, 0 FROM responses WHERE id = ? AND owner = ?
+                   UNION ALL
+                   SELECT r.id, r.previous_response_id, chain.depth + 1
+                   FROM responses r JOIN chain ON r.id = chain.previous_response_id
+                   WHERE r.owner = ?
+               )
+               SELECT id FROM chain WHERE depth > 0 ORDER BY depth DESC""",
+            response_id, owner, owner,
+        )  # fmt: skip
+        return Inspected(
+            json.loads(row[0]), [json.loads(item[0]) for item in inputs], [link[0] for link in chain], row[1],
+            json.loads(row[2]) if row[2] else None,
+        )
 
     # --- conversations -------------------------------------------------------------------
 
@@ -329,8 +438,8 @@ class Store:
     ) -> None:
         async with self.database.transaction() as db:
             await db.execute(
-                "INSERT INTO conversations (id, owner, created_at, metadata) VALUES (?, ?, ?, ?)",
-                conversation["id"], owner, conversation["created_at"], _dumps(conversation["metadata"]),
+                "INSERT INTO conversations (id, owner, created_at, metadata, stored_ms) VALUES (?, ?, ?, ?, ?)",
+                conversation["id"], owner, conversation["created_at"], _dumps(conversation["metadata"]), _now_ms(),
             )  # fmt: skip
             await self._append_conversation(db, conversation["id"], items)
 
@@ -451,6 +560,10 @@ async def _insert_items(
             "INSERT INTO response_items (response_id, position, output, item_id, body) VALUES (?, ?, ?, ?, ?)",
             [(response_id, offset + i, output, item["id"], _dumps(item)) for i, item in enumerate(items)],
         )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _dumps(value: Any) -> str:

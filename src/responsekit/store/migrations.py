@@ -1,4 +1,5 @@
-"""Versioned schema migrations, applied at start; the SQL runs on SQLite and PostgreSQL alike."""
+"""Versioned schema migrations, applied at start; the SQL runs on SQLite and PostgreSQL alike
+(a statement reading JSON is written for each)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import time
 
 from .database import Database
 
-MIGRATIONS: list[list[str]] = [
+Statement = str | dict[str, str]
+"""SQL both databases run, or each database's own (by `Database.dialect`)."""
+
+MIGRATIONS: list[list[Statement]] = [
     [  # 1: responses, their items and events; conversations and their items
         """CREATE TABLE responses (
             id TEXT PRIMARY KEY,
@@ -101,6 +105,19 @@ MIGRATIONS: list[list[str]] = [
     [  # 3: the id of the request that created a response (`x-request-id`, issue 16)
         "ALTER TABLE responses ADD COLUMN request_id TEXT",
     ],
+    [  # 4: what the inspector lists and shows (issue 16): the model to filter by, the timeline of
+        # events with their times; the owner's objects newest first, those of one second in the
+        # order they were stored (`stored_ms`)
+        "ALTER TABLE responses ADD COLUMN model TEXT",
+        "ALTER TABLE responses ADD COLUMN timeline TEXT",
+        "ALTER TABLE responses ADD COLUMN stored_ms BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE conversations ADD COLUMN stored_ms BIGINT NOT NULL DEFAULT 0",
+        {"sqlite": "UPDATE responses SET model = json_extract(body, '$.model'), stored_ms = created_at * 1000",
+         "postgres": "UPDATE responses SET model = body::json ->> 'model', stored_ms = created_at * 1000"},
+        "UPDATE conversations SET stored_ms = created_at * 1000",
+        "CREATE INDEX responses_by_owner ON responses (owner, created_at, stored_ms, id)",
+        "CREATE INDEX conversations_by_owner ON conversations (owner, created_at, stored_ms, id)",
+    ],
 ]
 
 
@@ -119,7 +136,7 @@ async def migrate(database: Database) -> int:
             if version <= current:
                 continue
             for statement in statements:
-                await connection.execute(statement)
+                await connection.execute(statement if isinstance(statement, str) else statement[database.dialect])
             await connection.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", version, int(time.time())
             )

@@ -88,6 +88,7 @@ def translate(body: CreateChatCompletion) -> GenerationRequest:
         frequency_penalty=body.frequency_penalty,
         user=body.safety_identifier or body.user,
         prompt_cache_key=body.prompt_cache_key,
+        affinity_key=f"prompt_cache_key:{body.prompt_cache_key}" if body.prompt_cache_key else None,
     )
 
 

@@ -114,6 +114,9 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         generation.temperature = body.temperature
         generation.top_p = body.top_p
         stops = [stop for stop in body.stop_sequences or () if stop]
+        user_id = (body.metadata or {}).get("user_id")
+        if isinstance(user_id, str) and user_id:  # Claude Code's user_id names its session
+            generation.affinity_key = f"user_id:{user_id}"
     return Translation(generation, show, stops)
 
 

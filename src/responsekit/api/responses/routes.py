@@ -111,7 +111,7 @@ async def retrieve_response(
     response_id: str,
     owner: Owner,
     stream: bool = False,
-    starting_after: Annotated[int, Query(ge=-1)] = -1,
+    starting_after: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,  # events' sequence numbers are INTEGERs
 ) -> Response:
     response = await _stored(request, owner, response_id)
     if not stream:

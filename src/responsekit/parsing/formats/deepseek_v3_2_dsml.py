@@ -1,4 +1,4 @@
-"""`deepseek_v3_2_dsml`: DeepSeek-V3.2 and V3.2-Speciale (DSML markup).
+"""`deepseek_v3_2_dsml`: DeepSeek-V3.2 and V3.2-Speciale; `deepseek_v4_dsml`: DeepSeek-V4.
 
     REASONING</think>text\\n\\n<｜DSML｜function_calls>\\n<｜DSML｜invoke name="NAME">
     <｜DSML｜parameter name="K" string="true">V</｜DSML｜parameter>\\n</｜DSML｜invoke>
@@ -9,6 +9,10 @@ as a JSON string), `"false"` means JSON (held until complete, then parsed; text 
 not JSON stays a string).  Without the attribute the tool schema decides.  The thinking
 prompt ends with `<think>` (also after tool results, as `\\n\\n<think>`).  An invoke
 outside a function_calls block is read as a call too.
+
+V4 writes the same markup in a `<｜DSML｜tool_calls>` block (issue 18).  Both formats read
+either block name; they differ in the one a grammar writes (`grammars.SYNTAXES`), so each
+is its own format, told apart by the block name in the template (`parsing/detect.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from responsekit.parsing.schema import STRING, ToolSchemas, ValueType
 from responsekit.parsing.xml_calls import XmlCallParser
 
 _SECTION = "<｜DSML｜function_calls>"
+_SECTION_CLOSE = "</｜DSML｜function_calls>"
+_V4_SECTION = "<｜DSML｜tool_calls>"
+_V4_SECTION_CLOSE = "</｜DSML｜tool_calls>"
 _INVOKE = "<｜DSML｜invoke"
 _NAME = re.compile(r"""\bname\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""")
 _STRING = re.compile(r"""\bstring\s*=\s*["']?(true|false)""", re.IGNORECASE)
@@ -55,8 +62,9 @@ class DeepSeekV32DsmlParser(XmlCallParser):
 
     name = "deepseek_v3_2_dsml"
     stop_tokens = ("<｜end▁of▁sentence｜>",)
-    call_markers = (_SECTION, _INVOKE)
-    block_close = "</｜DSML｜function_calls>"
+    call_markers = (_SECTION, _V4_SECTION, _INVOKE)
+    block_close = _SECTION_CLOSE
+    other_block_closes = (_V4_SECTION_CLOSE,)
     function_open = _INVOKE
     function_close = "</｜DSML｜invoke>"
     param_open = "<｜DSML｜parameter"
@@ -78,3 +86,10 @@ class DeepSeekV32DsmlParser(XmlCallParser):
         string = _STRING.search(header)
         self._attribute_types.string = string.group(1).lower() == "true" if string else None
         return _name(header)
+
+
+@register
+class DeepSeekV4DsmlParser(DeepSeekV32DsmlParser):
+    """V3.2's markup in a `<｜DSML｜tool_calls>` block: read alike, a grammar writes that block."""
+
+    name = "deepseek_v4_dsml"

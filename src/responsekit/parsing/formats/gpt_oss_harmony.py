@@ -9,6 +9,11 @@ analysis channel is reasoning; final and recipient-less commentary (a preamble) 
 content; a `to=` recipient on any channel, in the role header or the channel header,
 makes the body a tool call's JSON arguments.  `<|call|>`, `<|return|>` and
 `<|endoftext|>` end a message and never show.
+
+The generation prompt `<|start|>assistant` leaves the first role header open, so the
+answer may begin with its recipient, as gpt-oss's own template writes a call (issue 18):
+
+    to=functions.NAME<|channel|>commentary json<|message|>{…}<|call|>
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ _MESSAGE = "<|message|>"
 _ENDS = ("<|end|>", "<|call|>", "<|return|>", "<|endoftext|>")
 _CHANNEL_NAME = re.compile(r"<\|channel\|>\s*(\w+)")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
+_LEADING_RECIPIENT = re.compile(r"\s*to=[^\s<]")
+_LEAD_LIMIT = 256
+"""Longest opening text held back as a possible recipient (a header is short)."""
 
 
 @register
@@ -43,28 +51,59 @@ class GptOssHarmonyParser(StreamParser):
         super().__init__(tools, thinking_open=thinking_open)
         self._header_scan = MarkerScanner((_MESSAGE, *_ENDS))
         self._body_scan = MarkerScanner((*_ENDS, _START, _CHANNEL))
-        self._between_scan = MarkerScanner((_START, _CHANNEL, *_ENDS))
+        # `<|message|>` is found between messages only to end a recipient that opens
+        # the answer (`_opening`); elsewhere there it is text.
+        self._between_scan = MarkerScanner((_START, _CHANNEL, _MESSAGE, *_ENDS))
         self._header: list[str] = []
+        self._lead = ""
         self._channel = REASONING
         self._json = JsonValueStreamer()
         if thinking_open:
             self.handler = self._body
         else:
-            self.handler = self._between
+            self.handler = self._opening
 
     @classmethod
     def thinking_open_in(cls, prompt: str) -> bool:
         return prompt.rstrip().endswith(_CHANNEL + "analysis" + _MESSAGE)
 
+    def _opening(self, text: str, pos: int) -> int:
+        """The answer's start, still inside the role header the generation prompt opened:
+        a leading ` to=RECIPIENT` is held until a marker shows what it is."""
+        plain, marker, pos = self._between_scan.scan(text, pos)
+        lead = self._lead = self._lead + plain
+        if marker is None:
+            if not _may_be_recipient(lead):
+                self.out.text(lead)
+                self.handler = self._between
+            return pos
+        if _may_be_recipient(lead) and _LEADING_RECIPIENT.match(lead):
+            if marker == _CHANNEL:
+                self._open_header(lead + _CHANNEL)
+            elif marker == _MESSAGE:
+                self._open_body(lead)
+            else:  # a header with no body
+                self._between_marker(marker)
+            return pos
+        self.out.text(lead)
+        self._between_marker(marker)
+        return pos
+
     def _between(self, text: str, pos: int) -> int:
         """Outside a message: text here has no header, so it is shown as content."""
         plain, marker, pos = self._between_scan.scan(text, pos)
         self.out.text(plain)
+        self._between_marker(marker)
+        return pos
+
+    def _between_marker(self, marker: str | None) -> None:
+        self.handler = self._between
         if marker == _START:
             self._open_header("")
         elif marker == _CHANNEL:
             self._open_header(_CHANNEL)
-        return pos
+        elif marker == _MESSAGE:
+            self.out.text(_MESSAGE)
 
     def _open_header(self, seed: str) -> None:
         self._header.clear()
@@ -143,3 +182,14 @@ class GptOssHarmonyParser(StreamParser):
                 self.out.text(held)
         elif self.handler == self._between:
             self.out.text(self._between_scan.flush())
+        elif self.handler == self._opening:
+            self.out.text(self._lead + self._between_scan.flush())
+
+
+def _may_be_recipient(lead: str) -> bool:
+    """Whether the answer's opening text can still become ` to=RECIPIENT` (once it
+    cannot, no longer text can: the answer's split never changes the decision)."""
+    if len(lead) > _LEAD_LIMIT:
+        return False
+    rest = lead.lstrip()
+    return "to=".startswith(rest) or (rest.startswith("to=") and "\n" not in rest)

@@ -1,0 +1,78 @@
+// A live background run's events, from the run's resume stream (issue 16): each event is a row
+// (a run of deltas on one item is one row with its count), text deltas are shown as they join;
+// the page reloads once the run ends, to show the stored response.
+(function () {
+  const section = document.getElementById("live");
+  if (!section) return;
+  const state = section.querySelector(".live-state");
+  const text = section.querySelector(".live-text");
+  const rows = section.querySelector("tbody");
+  const opened = performance.now();
+  const terminal = new Set(["response.completed", "response.incomplete", "response.failed"]);
+  let last = null;
+
+  function row(cells) {
+    const tr = document.createElement("tr");
+    for (const cell of cells) {
+      const td = document.createElement("td");
+      td.textContent = cell;
+      tr.appendChild(td);
+    }
+    rows.appendChild(tr);
+    return tr;
+  }
+
+  function show(event) {
+    const at = ((performance.now() - opened) / 1000).toFixed(3);
+    if (event.type.endsWith(".delta")) {
+      if (event.type === "response.output_text.delta") text.textContent += event.delta;
+      if (last && last.type === event.type && last.index === event.output_index) {
+        last.count += 1;
+        last.tr.cells[3].textContent = "×" + last.count + " on item " + event.output_index;
+        return;
+      }
+      const tr = row([event.sequence_number, at, event.type, "×1 on item " + event.output_index]);
+      tr.className = "delta";
+      last = { type: event.type, index: event.output_index, count: 1, tr: tr };
+      return;
+    }
+    last = null;
+    let detail = "";
+    if (event.item) detail = event.item.type + " " + (event.item.id || "");
+    if (event.response) detail += " " + event.response.status;
+    row([event.sequence_number, at, event.type, detail.trim()]);
+  }
+
+  function ended(status) {
+    state.textContent = status;
+    setTimeout(function () { location.reload(); }, 1000);
+  }
+
+  // The resume stream read with fetch (it names every event type, which EventSource would
+  // need a listener for each of): frames are split at blank lines, each `data:` is one event.
+  async function follow() {
+    const answer = await fetch(section.dataset.events, { credentials: "same-origin" });
+    if (!answer.ok) return ended("unavailable (" + answer.status + ")");
+    state.textContent = "following";
+    const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const frame = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = frame.split("\n").filter((line) => line.startsWith("data: ")).map((line) => line.slice(6)).join("\n");
+        if (!data || data === "[DONE]") continue;
+        const event = JSON.parse(data);
+        show(event);
+        if (terminal.has(event.type)) return ended(event.response.status);
+      }
+    }
+    ended("ended");
+  }
+
+  follow().catch(function () { ended("disconnected"); });
+})();
