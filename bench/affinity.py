@@ -1,11 +1,13 @@
 """What cache affinity buys an engine pool: time to first token of a conversation's later turns
 when they go back to the engine that holds their prompt, against round robin (issue 17).
 
-Two llama-cpp-python servers (`tests/llama_server.py`, one thread each, a RAM prompt cache, a
-request at a time: the next waits instead of interrupting it) run
-the real Gemma 3 270M model; ResponseKit renders the chat template (`api = "completions"`) and
-pools them. Conversations of `--turns` turns start with a long document and add a long user turn
-each time; several conversations run at once, so round robin interleaves them across members.
+Two llama-cpp-python servers (`tests/llama_server.py`, one thread each, a request at a time: the
+next waits instead of interrupting it) run the real Gemma 3 270M model. Each keeps the KV cache
+of the last prompt it read, so a prompt that extends it is read from where it differs (with its
+RAM cache of several prompts, `--cache`, a server stopped mid-run here, its log ending in a state
+save). ResponseKit renders the chat template (`api = "completions"`) and pools them.
+Conversations of `--turns` turns start with a long document and add a long user turn each time;
+several conversations run at once, so round robin interleaves them across members.
 Three kinds of client, each a run per balancing policy:
 
 - `chained`: `previous_response_id` (stored responses), routed by the chain;
@@ -126,10 +128,10 @@ async def run(url: str, kind: str, args: argparse.Namespace, first_seed: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--conversations", type=int, default=4, help="conversations at once, per run")
+    parser.add_argument("--conversations", type=int, default=2, help="conversations at once, per run")
     parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--document-words", type=int, default=900, help="the first turn's document")
-    parser.add_argument("--turn-words", type=int, default=150, help="each turn's own text")
+    parser.add_argument("--document-words", type=int, default=500, help="the first turn's document")
+    parser.add_argument("--turn-words", type=int, default=120, help="each turn's own text")
     parser.add_argument("--answer-tokens", type=int, default=16, help="max_output_tokens of each answer (16 at least)")
     args = parser.parse_args()
     results: dict[tuple[str, str], list[float]] = {}
@@ -143,8 +145,7 @@ def main() -> None:
             port = free_port()
             command = [sys.executable, str(HERE.parent / "tests" / "llama_server.py"), "--model", str(gguf),
                        "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192",
-                       "--n_threads", "1", "--n_threads_batch", "1", "--cache", "true", "--cache_type", "ram",
-                       "--interrupt_requests", "false"]  # fmt: skip (its default drops a stream when another request comes)
+                       "--n_threads", "1", "--n_threads_batch", "1", "--interrupt_requests", "false"]  # fmt: skip
             stack.enter_context(service(f"llama-{n}", command, f"http://127.0.0.1:{port}/v1/models"))
             upstreams.append(f"http://127.0.0.1:{port}/v1")
         seed = 0
@@ -172,7 +173,7 @@ def report(args: argparse.Namespace, results: dict[tuple[str, str], list[float]]
         "",
         f"`.venv/bin/python bench/affinity.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
         (f"{datetime.date.today()}, {describe()}; two llama-cpp-python servers on the real Gemma 3 270M (Q4_K_M), "
-         f"one thread each, RAM prompt cache; {args.conversations} conversations at once of {args.turns} turns "
+         f"one thread each, the KV cache of the last prompt; {args.conversations} conversations at once of {args.turns} turns "
          f"(a {args.document_words}-word document, {args.turn_words} words a turn, {args.answer_tokens}-token answers); "
          f"{minutes:.1f} minutes, load average {load[0]:.2f} before and {load[1]:.2f} after. Time to first token of "
          "turns 2 and later, in ms."),
