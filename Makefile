@@ -80,7 +80,7 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 ## Run the benchmarks (bench/*.py) and print their tables; results are recorded in bench/RESULTS.md.
 ## The gateway benchmark includes LiteLLM and llama-stack when `make bench-peers` installed them.
 ## One or some: make bench BENCHES=gateway
-BENCHES ?= gateway state replicas parsers vector_search engine
+BENCHES ?= gateway state replicas affinity parsers vector_search engine
 bench: $(VENV)/.installed-bench
 	cd bench && for b in $(BENCHES); do ../$(BIN)/python $$b.py || exit 1; done
 

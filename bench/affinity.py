@@ -7,7 +7,9 @@ of the last prompt it read, so a prompt that extends it is read from where it di
 RAM cache of several prompts, `--cache`, a server stopped mid-run here, its log ending in a state
 save). ResponseKit renders the chat template (`api = "completions"`) and pools them.
 Conversations of `--turns` turns start with a long document and add a long user turn each time;
-several conversations run at once, so round robin interleaves them across members.
+several run at once, each starting a second after the last and pausing a random time before each
+turn (a user reading and typing: `--think`), so that round robin does not happen to send each
+conversation to the same member turn after turn, as conversations in lockstep would get.
 Three kinds of client, each a run per balancing policy:
 
 - `chained`: `previous_response_id` (stored responses), routed by the chain;
@@ -29,6 +31,7 @@ import asyncio
 import datetime
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -88,9 +91,12 @@ async def turn(client: httpx.AsyncClient, body: dict) -> tuple[float, dict]:
     return first, done
 
 
-async def conversation(client: httpx.AsyncClient, kind: str, seed: int, turns: int, document_words: int,
-                       turn_words: int, answer_tokens: int) -> list[float]:  # fmt: skip
+async def conversation(client: httpx.AsyncClient, kind: str, seed: int, args: argparse.Namespace,
+                       start: float) -> list[float]:  # fmt: skip
     """The times to first token of turns 2…N of one conversation."""
+    pauses = random.Random(seed)
+    await asyncio.sleep(start)
+    turns, document_words, turn_words, answer_tokens = args.turns, args.document_words, args.turn_words, args.answer_tokens
     history: list[dict] = []
     previous: str | None = None
     times = []
@@ -113,15 +119,14 @@ async def conversation(client: httpx.AsyncClient, kind: str, seed: int, turns: i
         history += [message, {"role": "assistant", "content": answer}]
         if number:
             times.append(seconds)
+        await asyncio.sleep(pauses.uniform(0, args.think))
     return times
 
 
 async def run(url: str, kind: str, args: argparse.Namespace, first_seed: int) -> list[float]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         results = await asyncio.gather(*(
-            conversation(client, kind, first_seed + n, args.turns, args.document_words, args.turn_words,
-                         args.answer_tokens)
-            for n in range(args.conversations)
+            conversation(client, kind, first_seed + n, args, start=n) for n in range(args.conversations)
         ))  # fmt: skip
     return [seconds for times in results for seconds in times]
 
@@ -132,6 +137,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--document-words", type=int, default=500, help="the first turn's document")
     parser.add_argument("--turn-words", type=int, default=120, help="each turn's own text")
+    parser.add_argument("--think", type=float, default=3.0, help="longest pause before a turn, seconds")
     parser.add_argument("--answer-tokens", type=int, default=16, help="max_output_tokens of each answer (16 at least)")
     args = parser.parse_args()
     results: dict[tuple[str, str], list[float]] = {}
@@ -174,7 +180,8 @@ def report(args: argparse.Namespace, results: dict[tuple[str, str], list[float]]
         f"`.venv/bin/python bench/affinity.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
         (f"{datetime.date.today()}, {describe()}; two llama-cpp-python servers on the real Gemma 3 270M (Q4_K_M), "
          f"one thread each, the KV cache of the last prompt; {args.conversations} conversations at once of {args.turns} turns "
-         f"(a {args.document_words}-word document, {args.turn_words} words a turn, {args.answer_tokens}-token answers); "
+         f"(a {args.document_words}-word document, {args.turn_words} words a turn, {args.answer_tokens}-token answers, "
+         f"0–{args.think:g} s before each turn); "
          f"{minutes:.1f} minutes, load average {load[0]:.2f} before and {load[1]:.2f} after. Time to first token of "
          "turns 2 and later, in ms."),
         "",
