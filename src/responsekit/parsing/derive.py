@@ -1,0 +1,414 @@
+"""Derive a chat template's output syntax by rendering probe conversations (issue 18).
+
+The anchor is llama.cpp's autoparser (ggml-org/llama.cpp #18675): a template says how its
+model writes reasoning and tool calls every time it renders an assistant turn from the
+history, so rendering turns that differ in one respect and comparing them shows the
+markers.  Probes: an answer alone; reasoning and an answer; one call with two arguments;
+one call without arguments; two calls.  The answer alone is the reference: the text the
+call renders shares its start (the role header) and its end (the end-of-turn marker)
+with it, and what lies between is the call.
+
+A call is located by its sentinels (probe names, values and ids no template writes
+itself): a JSON object equal to the probe's arguments, or holding the name and the
+arguments, fixes the JSON styles; otherwise the argument keys and values are found one
+by one (one marker per argument).  The markers around them follow from comparing the
+pieces: what precedes the second call and not the first is the per-call opening, and so
+on.  `TemplateSyntax` is the result; `DerivedParser` (derived_parser.py) reads it and
+`grammars.derived_syntax` writes its grammar.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from responsekit.templates import ChatTemplate, TemplateError
+
+CallStyle = Literal["envelope", "name_json", "key_value"]
+
+_USER = {"role": "user", "content": "Probe question?"}
+_ANSWER = "Probe answer text."
+_REFERENCE = "Zz reference."
+_REASONING = "Probe reasoning text."
+_NAMES = ("probe_fn_alpha", "probe_fn_beta")
+_IDS = ("probe0001", "probe0002")  # 9 alphanumeric characters: Mistral templates insist
+_ARGS: tuple[dict[str, Any], ...] = (
+    {"probe_key_one": "probe value one", "probe_key_two": 4242},
+    {"probe_key_one": "probe value two", "probe_key_two": 5353},
+)
+_TOOLS = [
+    {"type": "function", "function": {"name": name, "description": "A probe.", "parameters": {
+        "type": "object", "properties": {"probe_key_one": {"type": "string"}, "probe_key_two": {"type": "integer"}},
+    }}}
+    for name in _NAMES
+]  # fmt: skip
+
+
+class DeriveError(ValueError):
+    """The template's output syntax could not be derived (the reason says which part)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallShape:
+    """How calls are written: `section_open` (call (`separator` call)*) `section_close`.
+
+    Each call is `call_open` [ID `id_close`] then, by `style`:
+    * `envelope`: one JSON object holding the name (`name_key`) and the arguments
+      (`args_key`, as an object or, with `args_as_text`, as JSON text);
+    * `name_json`: NAME `name_close` ARGUMENTS (a JSON object);
+    * `key_value`: NAME `name_close` (`key_open` KEY `key_close` VALUE `value_close`)*,
+      a value being bare text typed by the tool schema; a key's header may carry more
+      after `key_name_end` (DSML's `" string="true`), which is not part of the name;
+    then `call_close`.  Markers are stripped of surrounding whitespace: whitespace
+    between them is not significant.  `trigger` starts calls in free text.
+    """
+
+    style: CallStyle
+    section_open: str = ""
+    section_close: str = ""
+    call_open: str = ""
+    call_close: str = ""
+    separator: str = ""
+    id_close: str = ""
+    name_close: str = ""
+    name_key: str = "name"
+    args_key: str = "arguments"
+    args_as_text: bool = False
+    key_open: str = ""
+    key_close: str = ""
+    key_name_end: str = ""
+    value_close: str = ""
+    # The markers exactly as rendered (whitespace kept), for the grammar.
+    rendered: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def trigger(self) -> str:
+        """The text that starts calls (empty: a bare JSON envelope)."""
+        return self.section_open or self.call_open
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateSyntax:
+    """What a template says about its model's output (see the module docstring)."""
+
+    reasoning: tuple[str, str] | None = None
+    """Reasoning's opening and closing markers; the opening is "" when only the
+    generation prompt ever opens it."""
+    thinking_open: bool = False
+    """The generation prompt itself opens reasoning (the output starts inside it)."""
+    content: tuple[str, str] = ("", "")
+    """Markers around the answer (`[BEGIN FINAL RESPONSE]`), dropped from the text."""
+    stops: tuple[str, ...] = ()
+    """End-of-turn markers the template writes after the assistant's turn."""
+    calls: CallShape | None = None
+    problems: tuple[str, ...] = ()
+    """What could not be derived, and why (empty when all of it was)."""
+
+    def describe(self) -> list[tuple[str, str]]:
+        """(label, value) lines for `responsekit template inspect`."""
+        lines = [
+            ("reasoning", " … ".join(map(repr, self.reasoning)) if self.reasoning else "none"),
+            ("prompt opens reasoning", "yes" if self.thinking_open else "no"),
+            ("content markers", " … ".join(map(repr, self.content)) if any(self.content) else "none"),
+            ("end of turn", ", ".join(map(repr, self.stops)) or "none"),
+        ]
+        calls = self.calls
+        if calls is None:
+            lines.append(("tool calls", "none derived"))
+        else:
+            style = {"envelope": f"one JSON object, name in {calls.name_key!r}, arguments in {calls.args_key!r}"
+                     + (" (as JSON text)" if calls.args_as_text else ""),
+                     "name_json": "NAME, then the arguments as a JSON object",
+                     "key_value": "NAME, then one marker pair per argument, bare values"}[calls.style]  # fmt: skip
+            lines.append(("tool calls", style))
+            for label, value in (
+                ("section", _pair(calls.section_open, calls.section_close)),
+                ("each call", _pair(calls.call_open, calls.call_close)),
+                ("call id ends", repr(calls.id_close) if calls.id_close else ""),
+                ("name ends", repr(calls.name_close) if calls.style != "envelope" else ""),
+                ("argument key", _pair(calls.key_open, calls.key_close)),
+                ("key header extra", repr(calls.key_name_end) if calls.key_name_end else ""),
+                ("argument value ends", repr(calls.value_close) if calls.value_close else ""),
+                ("separator", repr(calls.separator) if calls.separator else ""),
+                ("trigger", repr(calls.trigger) if calls.trigger else "none (bare JSON)"),
+            ):
+                if value:
+                    lines.append((label, value))
+        lines.extend(("problem", problem) for problem in self.problems)
+        return lines
+
+
+def _pair(opening: str, closing: str) -> str:
+    return f"{opening!r} … {closing!r}" if opening or closing else ""
+
+
+def derive(template: ChatTemplate) -> TemplateSyntax:
+    """The output syntax `template` renders (see the module docstring); never raises."""
+    return _Analysis(template).run()
+
+
+class _Analysis:
+    def __init__(self, template: ChatTemplate) -> None:
+        self.template = template
+        self.problems: list[str] = []
+
+    def run(self) -> TemplateSyntax:
+        reference = self._turn_pair(_REFERENCE)
+        answer = self._turn(_message(content=_ANSWER), reference)
+        if answer is None or _ANSWER not in answer:
+            return TemplateSyntax(problems=("the template does not render an assistant answer",))
+        start = answer.index(_ANSWER)
+        end_of_turn = answer[start + len(_ANSWER) :]
+        content = (answer[:start].strip(), "")
+        stops = tuple(dict.fromkeys(s for s in (end_of_turn.strip(), self.template.eos_token) if s))
+        reasoning, thinking_open = self._reasoning(reference)
+        calls = None
+        try:
+            calls = self._calls(reference, end_of_turn)
+        except DeriveError as exc:
+            self.problems.append(f"tool calls: {exc}")
+        return TemplateSyntax(reasoning, thinking_open, content, stops, calls, tuple(self.problems))
+
+    # --- rendering -----------------------------------------------------------------
+
+    def _render(self, message: dict[str, Any], *, prompt: bool = False) -> str | None:
+        messages = [_USER] if prompt else [_USER, message]
+        try:
+            return self.template.render(messages, _TOOLS, add_generation_prompt=prompt)
+        except TemplateError:
+            return None
+
+    def _turn_pair(self, text: str) -> str | None:
+        return self._render(_message(content=text))
+
+    def _turn(self, message: dict[str, Any], reference: str | None) -> str | None:
+        """The assistant turn of `message` as rendered: after what it shares with the
+        reference answer's render (the history and the role header)."""
+        rendered = self._render(message)
+        if rendered is None or reference is None:
+            return None
+        return rendered[len(_snap_prefix(os.path.commonprefix([rendered, reference]))) :]
+
+    # --- reasoning -----------------------------------------------------------------
+
+    def _reasoning(self, reference: str | None) -> tuple[tuple[str, str] | None, bool]:
+        prompt = (self._render({}, prompt=True) or "").rstrip()
+        for key in ("reasoning_content", "thinking", "reasoning"):
+            turn = self._turn(_message(content=_ANSWER, **{key: _REASONING}), reference)
+            if not (turn and _REASONING in turn and _ANSWER in turn):
+                continue
+            at = turn.index(_REASONING)
+            closing = turn[at + len(_REASONING) : turn.index(_ANSWER)].strip()
+            if not closing:
+                continue
+            opening = turn[:at].strip()
+            if not opening:
+                # The reference answer renders an empty block too (`<think>\\n\\n</think>`):
+                # the opening is the marker right before the reasoning, if it mirrors the
+                # closing one (`<|START_THINKING|>` … `<|END_THINKING|>`).
+                rendered = self._render(_message(content=_ANSWER, **{key: _REASONING})) or ""
+                opening = _last_marker(rendered[: rendered.index(_REASONING)])
+                if not _mirrors(opening, closing):
+                    opening = ""
+            # `<think></think>` ending the prompt (thinking off) opens nothing.
+            opens = (not opening or prompt.endswith(opening)) and not prompt.endswith(closing)
+            return (opening, closing), opens
+        return None, False
+
+    # --- calls ---------------------------------------------------------------------
+
+    def _calls(self, reference: str | None, end_of_turn: str) -> CallShape:
+        def rendered(*calls: int, empty: bool = False) -> str:
+            message = _message(content="", tool_calls=[_call(i, empty=empty) for i in calls])
+            turn = self._turn(message, reference)
+            if turn is None:
+                raise DeriveError("the template refuses an assistant turn with tool calls")
+            if _NAMES[calls[0]] not in turn:
+                raise DeriveError("the template does not write the call's name")
+            suffix = _snap_suffix(_common_suffix(turn, end_of_turn))
+            return turn[: len(turn) - len(suffix)] if suffix else turn
+
+        one = rendered(0)
+        first = _locate(one, 0)
+        before, after = one[: first.start], one[first.end :]
+        try:
+            two = rendered(0, 1)
+            second = _locate(two, 0)
+            between = two[second.end : _locate(two, 1, after=second.end).start]
+        except DeriveError:  # one call per turn (GigaChat): each call is a section of its own
+            between = after + before
+        call_close = _snap_prefix(os.path.commonprefix([after, between]))
+        rest = between[len(call_close) :]
+        call_open = _snap_suffix(_common_suffix(before, rest))
+        separator = rest[: len(rest) - len(call_open)]
+        exact = {"section_open": before[: len(before) - len(call_open)], "section_close": after[len(call_close) :],
+                 "call_open": call_open, "call_close": call_close, "separator": separator,
+                 "id_close": first.id_close, "name_close": first.name_close, "key_open": first.key_open,
+                 "key_close": first.key_close, "value_close": first.value_close}  # fmt: skip
+        stripped = {key: value.strip() for key, value in exact.items()}
+        return CallShape(first.style, name_key=first.name_key, args_key=first.args_key, args_as_text=first.args_as_text,
+                         key_name_end=first.key_name_end, rendered=exact, **stripped)  # fmt: skip
+
+
+def _last_marker(text: str) -> str:
+    """The `<…>` or `[…]` marker `text` ends with (whitespace aside), or ""."""
+    text = text.rstrip()
+    if not text or text[-1] not in _ENDERS:
+        return ""
+    start = max(text.rfind("<"), text.rfind("["))
+    return text[start:] if start != -1 else ""
+
+
+def _mirrors(opening: str, closing: str) -> bool:
+    """The two markers share a word (`think`, `THINKING`): a pair, not a role header."""
+    words = set(re.findall(r"[A-Za-z]{4,}", opening.lower()))
+    return bool(words & set(re.findall(r"[A-Za-z]{4,}", closing.lower())))
+
+
+def _message(**fields: Any) -> dict[str, Any]:
+    return {"role": "assistant", **fields}
+
+
+def _call(index: int, *, empty: bool = False) -> dict[str, Any]:
+    return {"id": _IDS[index], "type": "function",
+            "function": {"name": _NAMES[index], "arguments": {} if empty else _ARGS[index]}}  # fmt: skip
+
+
+_OPENERS = "<["
+_ENDERS = ">]"
+
+
+def _snap_prefix(text: str) -> str:
+    """`text` without a marker it ends inside of (`</invoke>\\n<` → `</invoke>\\n`): a
+    common prefix of two renders may stop in the middle of two different markers."""
+    depth, cut = 0, len(text)
+    for at, char in enumerate(text):
+        if char in _OPENERS:
+            if depth == 0:
+                cut = at
+            depth += 1
+        elif char in _ENDERS and depth:
+            depth -= 1
+    return text[:cut] if depth else text
+
+
+def _snap_suffix(text: str) -> str:
+    """`text` without a marker it starts inside of (`_begin|>x` → `x`)."""
+    return _snap_prefix(text[::-1].translate(_MIRROR))[::-1].translate(_MIRROR)
+
+
+_MIRROR = str.maketrans("<>[]", "><][")
+
+
+def _common_suffix(a: str, b: str) -> str:
+    n = len(os.path.commonprefix([a[::-1], b[::-1]]))
+    return a[len(a) - n :] if n else ""
+
+
+@dataclass(slots=True)
+class _Found:
+    """Where one probe call lies in a rendered turn, and the markers inside it."""
+
+    style: CallStyle
+    start: int  # where the call's id, name or envelope starts
+    end: int  # after its arguments (and, key by key, after the last value's closing)
+    id_close: str = ""
+    name_close: str = ""
+    name_key: str = "name"
+    args_key: str = "arguments"
+    args_as_text: bool = False
+    key_open: str = ""
+    key_close: str = ""
+    key_name_end: str = ""
+    value_close: str = ""
+
+
+_CLOSERS = frozenset(">])}\"' \t\n")
+
+
+def _json_objects(text: str, start: int) -> list[tuple[int, int, Any]]:
+    decoder = json.JSONDecoder()
+    found = []
+    at = text.find("{", start)
+    while at != -1:
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except ValueError:
+            at = text.find("{", at + 1)
+            continue
+        found.append((at, end, value))
+        at = text.find("{", at + 1)
+    return found
+
+
+def _locate(text: str, index: int, *, after: int = 0) -> _Found:
+    """Find probe call `index` in `text` from `after` on."""
+    name, arguments, call_id = _NAMES[index], _ARGS[index], _IDS[index]
+    name_at = text.find(name, after)
+    if name_at == -1:
+        raise DeriveError(f"call {index + 1}'s name is not written")
+    # An envelope: a JSON object holding the name and the arguments.
+    for start, end, value in _json_objects(text, after):
+        if not isinstance(value, dict) or not start <= name_at < end:
+            continue
+        name_key = next((k for k, v in value.items() if v == name), None)
+        args_key = next((k for k, v in value.items() if v == arguments or _decodes_to(v, arguments)), None)
+        if name_key and args_key:
+            return _Found("envelope", start, end, name_key=name_key, args_key=args_key,
+                          args_as_text=isinstance(value[args_key], str))  # fmt: skip
+    id_at = text.rfind(call_id, after, name_at)
+    start, id_close = name_at, ""
+    if id_at != -1:  # `ID ID_CLOSE NAME`
+        start, id_close = id_at, text[id_at + len(call_id) : name_at]
+    name_end = name_at + len(name)
+    for json_start, json_end, value in _json_objects(text, name_end):
+        if value == arguments:
+            return _Found("name_json", start, json_end, id_close=id_close, name_close=text[name_end:json_start])
+    return _key_value(text, arguments, start, name_end, id_close)
+
+
+def _key_value(text: str, arguments: dict[str, Any], start: int, name_end: int, id_close: str) -> _Found:
+    """Arguments written key by key: NAME_CLOSE (KEY_OPEN KEY KEY_CLOSE VALUE VALUE_CLOSE)*."""
+    (key1, value1), (key2, value2) = ((key, str(value)) for key, value in arguments.items())
+    spans = []
+    cursor = name_end
+    for key, value in ((key1, value1), (key2, value2)):
+        key_at = text.find(key, cursor)
+        value_at = text.find(value, key_at + len(key)) if key_at != -1 else -1
+        if key_at == -1 or value_at == -1:
+            raise DeriveError("the arguments are written neither as JSON nor key by key")
+        spans.append((key_at, value_at))
+        cursor = value_at + len(value)
+    (key1_at, value1_at), (key2_at, value2_at) = spans
+    head = text[name_end:key1_at]  # NAME_CLOSE KEY_OPEN
+    gap = text[value1_at + len(value1) : key2_at]  # VALUE_CLOSE KEY_OPEN
+    key_open = _common_suffix(head, gap)
+    # `">` + `<param name="` and `</param>` + `<param name="` share the `>`: a marker
+    # does not start with a closing character.
+    while key_open and key_open[0] in _CLOSERS and key_open.strip():
+        key_open = key_open[1:]
+    value_close = gap[: len(gap) - len(key_open)]
+    if not key_open.strip() or not text.startswith(value_close, cursor):
+        raise DeriveError("the arguments are written neither as JSON nor key by key")
+    headers = (text[key1_at + len(key1) : value1_at], text[key2_at + len(key2) : value2_at])
+    key_close = _common_suffix(*headers)
+    if headers[0] != headers[1]:  # `" string="true">` / `…false">`: the marker is `">`
+        key_close = key_close.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+    key_name_end = os.path.commonprefix(list(headers))
+    if key_name_end == headers[0]:
+        key_name_end = ""  # one header for both: nothing follows the key's name
+    return _Found("key_value", start, cursor + len(value_close), id_close=id_close,
+                  name_close=head[: len(head) - len(key_open)], key_open=key_open, key_close=key_close,
+                  key_name_end=key_name_end.strip(), value_close=value_close)  # fmt: skip
+
+
+def _decodes_to(value: Any, arguments: dict[str, Any]) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return json.loads(value) == arguments
+    except ValueError:
+        return False
