@@ -19,6 +19,7 @@ on.  `TemplateSyntax` is the result; `DerivedParser` (derived_parser.py) reads i
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -39,6 +40,7 @@ _ARGS: tuple[dict[str, Any], ...] = (
     {"probe_key_one": "probe value one", "probe_key_two": 4242},
     {"probe_key_one": "probe value two", "probe_key_two": 5353},
 )
+_MARKUP = "a <b> & c\nd"
 _TOOLS = [
     {"type": "function", "function": {"name": name, "description": "A probe.", "parameters": {
         "type": "object", "properties": {"probe_key_one": {"type": "string"}, "probe_key_two": {"type": "integer"}},
@@ -81,6 +83,8 @@ class CallShape:
     key_close: str = ""
     key_name_end: str = ""
     value_close: str = ""
+    value_wrap: tuple[str, str] = ("", "")
+    """Around a value holding markup (`<![CDATA[` … `]]>`), dropped."""
     # The markers exactly as rendered (whitespace kept), for the grammar.
     rendered: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -112,7 +116,10 @@ class TemplateSyntax:
         lines = [
             ("reasoning", " … ".join(map(repr, self.reasoning)) if self.reasoning else "none"),
             ("prompt opens reasoning", "yes" if self.thinking_open else "no"),
-            ("content markers", " … ".join(map(repr, self.content)) if any(self.content) else "none"),
+            (
+                "content markers",
+                " … ".join(map(repr, self.content)) if any(self.content) else "none",
+            ),
             ("end of turn", ", ".join(map(repr, self.stops)) or "none"),
         ]
         calls = self.calls
@@ -132,6 +139,7 @@ class TemplateSyntax:
                 ("argument key", _pair(calls.key_open, calls.key_close)),
                 ("key header extra", repr(calls.key_name_end) if calls.key_name_end else ""),
                 ("argument value ends", repr(calls.value_close) if calls.value_close else ""),
+                ("markup in a value", _pair(*calls.value_wrap)),
                 ("separator", repr(calls.separator) if calls.separator else ""),
                 ("trigger", repr(calls.trigger) if calls.trigger else "none (bare JSON)"),
             ):
@@ -154,6 +162,7 @@ class _Analysis:
     def __init__(self, template: ChatTemplate) -> None:
         self.template = template
         self.problems: list[str] = []
+        self.content_open = ""
 
     def run(self) -> TemplateSyntax:
         reference = self._turn_pair(_REFERENCE)
@@ -165,6 +174,7 @@ class _Analysis:
         content = (answer[:start].strip(), "")
         stops = tuple(dict.fromkeys(s for s in (end_of_turn.strip(), self.template.eos_token) if s))
         reasoning, thinking_open = self._reasoning(reference)
+        content = (content[0] or self.content_open, content[1])
         calls = None
         try:
             calls = self._calls(reference, end_of_turn)
@@ -196,21 +206,41 @@ class _Analysis:
 
     def _reasoning(self, reference: str | None) -> tuple[tuple[str, str] | None, bool]:
         prompt = (self._render({}, prompt=True) or "").rstrip()
-        for key in ("reasoning_content", "thinking", "reasoning"):
-            turn = self._turn(_message(content=_ANSWER, **{key: _REASONING}), reference)
-            if not (turn and _REASONING in turn and _ANSWER in turn):
+        # Reasoning before an answer, or (Kimi-K2-Thinking keeps it only there) before a call.
+        for key, follows in itertools.product(
+            ("reasoning_content", "thinking", "reasoning"), (_ANSWER, _NAMES[0])
+        ):
+            fields = (
+                {"content": _ANSWER}
+                if follows == _ANSWER
+                else {"content": "", "tool_calls": [_call(0)]}
+            )
+            message = _message(**fields, **{key: _REASONING})
+            turn = self._turn(message, reference)
+            if not (turn and _REASONING in turn and follows in turn):
                 continue
             at = turn.index(_REASONING)
-            closing = turn[at + len(_REASONING) : turn.index(_ANSWER)].strip()
+            closing = turn[at + len(_REASONING) : turn.index(follows)].strip()
+            # `<|END_THINKING|><|START_TEXT|>`: the reasoning's end, then the answer's start.
+            # (Solar: `<|end|><|begin|>assistant<|content|>`, a new message's header.)
+            first = _MARKER.match(closing)
+            if first and first.end() < len(closing):
+                closing, rest = first.group(), closing[first.end() :].strip()
+                if follows == _ANSWER:
+                    self.content_open = rest
             if not closing:
                 continue
+            rendered = self._render(message) or ""
+            before = rendered[: rendered.index(_REASONING)]
             opening = turn[:at].strip()
+            if opening and opening[0] not in _OPENERS:
+                # `analysis<|message|>` after a shared `<|channel|>`: the marker it started in.
+                opening = _last_marker(before[: len(before) - len(turn[:at])]) + opening
             if not opening:
                 # The reference answer renders an empty block too (`<think>\\n\\n</think>`):
                 # the opening is the marker right before the reasoning, if it mirrors the
                 # closing one (`<|START_THINKING|>` … `<|END_THINKING|>`).
-                rendered = self._render(_message(content=_ANSWER, **{key: _REASONING})) or ""
-                opening = _last_marker(rendered[: rendered.index(_REASONING)])
+                opening = _last_marker(before)
                 if not _mirrors(opening, closing):
                     opening = ""
             # `<think></think>` ending the prompt (thinking off) opens nothing.
@@ -244,13 +274,34 @@ class _Analysis:
         rest = between[len(call_close) :]
         call_open = _snap_suffix(_common_suffix(before, rest))
         separator = rest[: len(rest) - len(call_open)]
+        wrap = (
+            self._value_wrap(first, reference, end_of_turn)
+            if first.style == "key_value"
+            else ("", "")
+        )
         exact = {"section_open": before[: len(before) - len(call_open)], "section_close": after[len(call_close) :],
                  "call_open": call_open, "call_close": call_close, "separator": separator,
                  "id_close": first.id_close, "name_close": first.name_close, "key_open": first.key_open,
                  "key_close": first.key_close, "value_close": first.value_close}  # fmt: skip
         stripped = {key: value.strip() for key, value in exact.items()}
         return CallShape(first.style, name_key=first.name_key, args_key=first.args_key, args_as_text=first.args_as_text,
-                         key_name_end=first.key_name_end, rendered=exact, **stripped)  # fmt: skip
+                         key_name_end=first.key_name_end, value_wrap=wrap, rendered=exact, **stripped)  # fmt: skip
+
+    def _value_wrap(
+        self, found: _Found, reference: str | None, end_of_turn: str
+    ) -> tuple[str, str]:
+        """What wraps a bare value holding markup (MiniCPM's `<![CDATA[` … `]]>`)."""
+        message = _message(content="", tool_calls=[{**_call(0), "function": {
+            "name": _NAMES[0], "arguments": {**_ARGS[0], "probe_key_one": _MARKUP}}}])  # fmt: skip
+        turn = self._turn(message, reference) or ""
+        at = turn.find(_MARKUP)
+        opened = turn.rfind(found.key_close, 0, at) if at != -1 else -1
+        if opened == -1:
+            return "", ""
+        closed = turn.find(found.value_close, at)
+        opening = turn[opened + len(found.key_close) : at]
+        closing = turn[at + len(_MARKUP) : closed] if closed != -1 else ""
+        return (opening, closing) if opening.strip() and closing.strip() else ("", "")
 
 
 def _last_marker(text: str) -> str:
@@ -264,8 +315,11 @@ def _last_marker(text: str) -> str:
 
 def _mirrors(opening: str, closing: str) -> bool:
     """The two markers share a word (`think`, `THINKING`): a pair, not a role header."""
-    words = set(re.findall(r"[A-Za-z]{4,}", opening.lower()))
-    return bool(words & set(re.findall(r"[A-Za-z]{4,}", closing.lower())))
+    words = set(re.findall(r"[a-z]{4,}", opening.lower())) - _ROLE_WORDS
+    return bool(words & set(re.findall(r"[a-z]{4,}", closing.lower())))
+
+
+_ROLE_WORDS = frozenset({"begin", "start", "assistant", "final", "model"})
 
 
 def _message(**fields: Any) -> dict[str, Any]:
@@ -284,15 +338,10 @@ _ENDERS = ">]"
 def _snap_prefix(text: str) -> str:
     """`text` without a marker it ends inside of (`</invoke>\\n<` → `</invoke>\\n`): a
     common prefix of two renders may stop in the middle of two different markers."""
-    depth, cut = 0, len(text)
-    for at, char in enumerate(text):
-        if char in _OPENERS:
-            if depth == 0:
-                cut = at
-            depth += 1
-        elif char in _ENDERS and depth:
-            depth -= 1
-    return text[:cut] if depth else text
+    at = max(text.rfind("<"), text.rfind("["))
+    if at != -1 and not any(char in _ENDERS for char in text[at:]):
+        return text[:at]
+    return text
 
 
 def _snap_suffix(text: str) -> str:
@@ -300,6 +349,7 @@ def _snap_suffix(text: str) -> str:
     return _snap_prefix(text[::-1].translate(_MIRROR))[::-1].translate(_MIRROR)
 
 
+_MARKER = re.compile(r"<[^<>]*>|\[[^\[\]]*\]")
 _MIRROR = str.maketrans("<>[]", "><][")
 
 
@@ -324,9 +374,6 @@ class _Found:
     key_close: str = ""
     key_name_end: str = ""
     value_close: str = ""
-
-
-_CLOSERS = frozenset(">])}\"' \t\n")
 
 
 def _json_objects(text: str, start: int) -> list[tuple[int, int, Any]]:
@@ -355,7 +402,9 @@ def _locate(text: str, index: int, *, after: int = 0) -> _Found:
         if not isinstance(value, dict) or not start <= name_at < end:
             continue
         name_key = next((k for k, v in value.items() if v == name), None)
-        args_key = next((k for k, v in value.items() if v == arguments or _decodes_to(v, arguments)), None)
+        args_key = next(
+            (k for k, v in value.items() if v == arguments or _decodes_to(v, arguments)), None
+        )
         if name_key and args_key:
             return _Found("envelope", start, end, name_key=name_key, args_key=args_key,
                           args_as_text=isinstance(value[args_key], str))  # fmt: skip
@@ -366,11 +415,19 @@ def _locate(text: str, index: int, *, after: int = 0) -> _Found:
     name_end = name_at + len(name)
     for json_start, json_end, value in _json_objects(text, name_end):
         if value == arguments:
-            return _Found("name_json", start, json_end, id_close=id_close, name_close=text[name_end:json_start])
+            return _Found(
+                "name_json",
+                start,
+                json_end,
+                id_close=id_close,
+                name_close=text[name_end:json_start],
+            )
     return _key_value(text, arguments, start, name_end, id_close)
 
 
-def _key_value(text: str, arguments: dict[str, Any], start: int, name_end: int, id_close: str) -> _Found:
+def _key_value(
+    text: str, arguments: dict[str, Any], start: int, name_end: int, id_close: str
+) -> _Found:
     """Arguments written key by key: NAME_CLOSE (KEY_OPEN KEY KEY_CLOSE VALUE VALUE_CLOSE)*."""
     (key1, value1), (key2, value2) = ((key, str(value)) for key, value in arguments.items())
     spans = []
@@ -385,18 +442,18 @@ def _key_value(text: str, arguments: dict[str, Any], start: int, name_end: int, 
     (key1_at, value1_at), (key2_at, value2_at) = spans
     head = text[name_end:key1_at]  # NAME_CLOSE KEY_OPEN
     gap = text[value1_at + len(value1) : key2_at]  # VALUE_CLOSE KEY_OPEN
-    key_open = _common_suffix(head, gap)
     # `">` + `<param name="` and `</param>` + `<param name="` share the `>`: a marker
-    # does not start with a closing character.
-    while key_open and key_open[0] in _CLOSERS and key_open.strip():
-        key_open = key_open[1:]
+    # does not start inside another one.
+    key_open = _snap_suffix(_common_suffix(head, gap))
     value_close = gap[: len(gap) - len(key_open)]
     if not key_open.strip() or not text.startswith(value_close, cursor):
         raise DeriveError("the arguments are written neither as JSON nor key by key")
     headers = (text[key1_at + len(key1) : value1_at], text[key2_at + len(key2) : value2_at])
     key_close = _common_suffix(*headers)
     if headers[0] != headers[1]:  # `" string="true">` / `…false">`: the marker is `">`
-        key_close = key_close.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+        key_close = key_close.lstrip(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+        )
     key_name_end = os.path.commonprefix(list(headers))
     if key_name_end == headers[0]:
         key_name_end = ""  # one header for both: nothing follows the key's name
