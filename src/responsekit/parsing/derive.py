@@ -23,7 +23,7 @@ import itertools
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from responsekit.templates import ChatTemplate, TemplateError
@@ -172,7 +172,15 @@ class _Analysis:
         start = answer.index(_ANSWER)
         end_of_turn = answer[start + len(_ANSWER) :]
         content = (answer[:start].strip(), "")
-        stops = tuple(dict.fromkeys(s for s in (end_of_turn.strip(), self.template.eos_token) if s))
+        # What follows an answer may run into the next turn (Command R renders its next
+        # system prompt): the turn ends at its first marker.
+        end = _MARKER.match(end_of_turn.strip())
+        end_marker = end.group() if end else end_of_turn.strip()
+        stops = tuple(
+            dict.fromkeys(
+                s for s in (end_marker, self.template.eos_token) if s and len(s) <= _LONGEST
+            )
+        )
         reasoning, thinking_open = self._reasoning(reference)
         content = (content[0] or self.content_open, content[1])
         calls = None
@@ -180,6 +188,8 @@ class _Analysis:
             calls = self._calls(reference, end_of_turn)
         except DeriveError as exc:
             self.problems.append(f"tool calls: {exc}")
+        if calls is not None and reasoning is not None and reasoning[0]:
+            calls = _without_empty_reasoning(calls, reasoning)
         return TemplateSyntax(reasoning, thinking_open, content, stops, calls, tuple(self.problems))
 
     # --- rendering -----------------------------------------------------------------
@@ -302,6 +312,22 @@ class _Analysis:
         opening = turn[opened + len(found.key_close) : at]
         closing = turn[at + len(_MARKUP) : closed] if closed != -1 else ""
         return (opening, closing) if opening.strip() and closing.strip() else ("", "")
+
+
+_LONGEST = 64
+"""Longer end-of-turn texts are prose, no marker."""
+
+
+def _without_empty_reasoning(calls: CallShape, reasoning: tuple[str, str]) -> CallShape:
+    """Command R7B writes an empty reasoning block before its calls: that is reasoning,
+    read as such, not part of the call markers."""
+    empty = re.compile(r"\s*" + re.escape(reasoning[0]) + r"\s*" + re.escape(reasoning[1]) + r"\s*")
+    key = "section_open" if calls.section_open else "call_open"
+    rendered = empty.match(calls.rendered[key])
+    if rendered is None:
+        return calls
+    stripped = calls.rendered[key][rendered.end() :]
+    return replace(calls, **{key: stripped.strip()}, rendered={**calls.rendered, key: stripped})
 
 
 def _last_marker(text: str) -> str:

@@ -380,7 +380,7 @@ def derived_parser(syntax: TemplateSyntax) -> type[DerivedParser]:
     stops = tuple(
         stop
         for stop in (*syntax.stops, *filter(None, syntax.content))
-        if not any(marker.startswith(stop) for marker in markers) and stop not in (reasoning or ())
+        if not any(marker.startswith(stop) for marker in markers)
     )
     attributes = {
         "syntax": syntax,
