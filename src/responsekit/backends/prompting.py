@@ -21,7 +21,8 @@ from ..errors import APIError
 from ..events import Error
 from ..parsing import Parser, detect_format, get_parser
 from ..parsing.derive import TemplateSyntax, derive
-from ..parsing.derived_parser import NAME as DERIVED, derived_parser
+from ..parsing.derived_parser import NAME as DERIVED
+from ..parsing.derived_parser import derived_parser
 from ..templates import ChatTemplate, TemplateError
 from . import generic_tools
 from .chat_upstream import ChunkTranslator, OutputParsing
