@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from responsekit.parsing import detect_format, get_parser
 from responsekit.parsing.derive import TemplateSyntax, derive
 from responsekit.parsing.derived_parser import derived_parser
 from responsekit.templates import ChatTemplate, TemplateError
 
-from .parsing_support import TEMPLATES_DIR, Folded, run
+from .parsing_support import TEMPLATES_DIR, Folded, load_cases, run
 
 TOOLS = [
     {"type": "function", "function": {"name": name, "description": "Look something up.", "parameters": {
@@ -137,3 +138,88 @@ def test_the_templates_the_issue_names_are_renderable(stem: str) -> None:
     """The six failures of issue 18 (gpt-oss aside) are among those tested above."""
     assert stem in {path.stem for path in RENDERABLE}
     assert stem not in TWO_CALL_GAPS
+
+
+def _templates_by_format() -> dict[str, tuple[str, TemplateSyntax]]:
+    """Per hand-written format, a template it matches, whose derived syntax has calls if
+    any such template does."""
+    found: dict[str, tuple[str, TemplateSyntax]] = {}
+    for path in TEMPLATES:
+        template = ChatTemplate(path.read_text(), eos_token="</s>")
+        fmt = detect_format(template=template.source)
+        if fmt is None:
+            continue
+        syntax = derive(template)
+        if (syntax.calls and (fmt not in found or not found[fmt][1].calls)) or (
+            syntax.reasoning and fmt not in found
+        ):
+            found[fmt] = (path.stem, syntax)
+    return found
+
+
+BY_FORMAT = _templates_by_format()
+QUIRK = "a tolerance the hand-written format carries (why it wins under `auto`)"
+DISAGREEMENTS = {
+    "hermes_json/12-no-wrapper-bare-json-lenient": QUIRK,
+    "mistral_json_array/03-space-after-marker-unicode-nested": QUIRK,
+    "mistral_json_array/05-partial-args": QUIRK,
+    "llama3_json/04-2-calls-semicolon-separated": QUIRK,
+    "llama3_json/06-type-function-prefix-and-arguments-key": QUIRK,
+    "deepseek_r1/05-alt-open-marker-tool-calls": QUIRK,
+    "phi4_mini/02-array-2-calls": QUIRK,
+    "phi4_mini/04-functools-variant": QUIRK,
+    "mistral_args/02-reasoning-answer": "this template writes no [THINK]",
+    "mistral_args/07-partial-args": "this template writes no [THINK]",
+    "mistral_args/09-truncated-unclosed-think-final": "this template writes no [THINK]",
+    "mistral_args/04-v11-call-id": "the call id after the name",
+    "kimi_k2/02-thinking-answer": "Kimi-K2-Instruct writes no reasoning",
+    "kimi_k2/03-thinking-content-2-parallel-calls-ids": "Kimi-K2-Instruct writes no reasoning",
+    "apertus/03-reasoning-2-parallel-calls-short-form": "the template writes no reasoning",
+    "command_r7b/01-response-block": "Cohere2MoE writes <|START_TEXT|>, the corpus R7B's <|START_RESPONSE|>",
+    "command_r7b/03-thinking-response": "Cohere2MoE writes <|START_TEXT|>, the corpus R7B's <|START_RESPONSE|>",
+    "granite_3/01-think-response-tags": "the Granite 3.3 template writes no calls, reasoning or response tags",
+    "granite_3/02-2-parallel-calls": "the Granite 3.3 template writes no calls, reasoning or response tags",
+    "granite_3/04-granite-3.2-thought-process-phrases": "the Granite 3.3 template writes no reasoning tags",
+    "granite_3/05-partial-response-tag": "the Granite 3.3 template writes no response tags",
+    "gpt_oss_harmony/02-analysis-commentary-tool-call": "Harmony's channels (hand-written)",
+    "gpt_oss_harmony/07-final-json-constrain": "Harmony's channels (hand-written)",
+    "gpt_oss_harmony/08-partial-args": "Harmony's channels (hand-written)",
+    "lfm2_pythonic/02-content-then-2-calls": "pythonic calls",
+    "lfm2_pythonic/05-json-array-variant": "pythonic calls",
+    "lfm2_pythonic/06-partial-pythonic": "pythonic calls",
+    "gemma4/03-content-2-parallel-calls": "Gemma 4's value syntax",
+    "gemma4/04-typed-values": "Gemma 4's value syntax",
+}
+CORPUS = [
+    pytest.param(
+        case,
+        id=case["id"],
+        marks=[pytest.mark.xfail(strict=True, reason=DISAGREEMENTS[case["id"]])]
+        if case["id"] in DISAGREEMENTS
+        else [],
+    )
+    for case in load_cases()
+    if case["format"] in BY_FORMAT
+]
+
+
+@pytest.mark.parametrize("case", CORPUS)
+def test_the_derived_parser_agrees_with_the_hand_written_one_on_the_corpus(
+    case: dict[str, Any],
+) -> None:
+    """Where a hand-written format matches a template, the parser derived from that
+    template reads the format's corpus case as the hand-written parser does."""
+    _, syntax = BY_FORMAT[case["format"]]
+    finish = not case["partial"]
+    thinking_open = case["thinking_forced_open"]
+    reference = run(get_parser(case["format"])(case["tools"], thinking_open=thinking_open), [case["raw"]],
+                    finish=finish)  # fmt: skip
+    derived = derived_parser(syntax)
+    for chunks in ([case["raw"]], list(case["raw"])):
+        folded = run(derived(case["tools"], thinking_open=thinking_open), chunks, finish=finish)
+        assert folded.comparable(keep_ids=False) == reference.comparable(keep_ids=False)
+
+
+def test_the_corpus_comparison_covers_most_formats() -> None:
+    assert len(BY_FORMAT) >= 24
+    assert len(CORPUS) - len(DISAGREEMENTS) >= 80

@@ -188,6 +188,8 @@ class _Analysis:
             calls = self._calls(reference, end_of_turn)
         except DeriveError as exc:
             self.problems.append(f"tool calls: {exc}")
+        if calls is not None:
+            calls = _without_end_of_turn(calls, stops)
         if calls is not None and reasoning is not None and reasoning[0]:
             calls = _without_empty_reasoning(calls, reasoning)
         return TemplateSyntax(reasoning, thinking_open, content, stops, calls, tuple(self.problems))
@@ -256,6 +258,16 @@ class _Analysis:
             # `<think></think>` ending the prompt (thinking off) opens nothing.
             opens = (not opening or prompt.endswith(opening)) and not prompt.endswith(closing)
             return (opening, closing), opens
+        return self._reasoning_in_source(prompt)
+
+    def _reasoning_in_source(self, prompt: str) -> tuple[tuple[str, str] | None, bool]:
+        """Templates that drop reasoning from the history (DeepSeek R1, Nemotron Nano v2)
+        still write its markers, in the generation prompt or to strip them: a `<think>`
+        (`[THINK]`, `<seed:think>`…) tag whose closing tag the source also holds."""
+        source = self.template.source
+        for opening, closing in _reasoning_tags(source):
+            if closing in source:
+                return (opening, closing), prompt.endswith(opening)
         return None, False
 
     # --- calls ---------------------------------------------------------------------
@@ -314,8 +326,33 @@ class _Analysis:
         return (opening, closing) if opening.strip() and closing.strip() else ("", "")
 
 
+def _reasoning_tags(source: str) -> list[tuple[str, str]]:
+    found = re.findall(
+        r"<([\w:|]*(?:think|reason)[\w:|]*)>|\[(\w*THINK\w*)\]", source, re.IGNORECASE
+    )
+    return [
+        (f"<{angle}>", f"</{angle}>") if angle else (f"[{square}]", f"[/{square}]")
+        for angle, square in found
+    ]
+
+
 _LONGEST = 64
 """Longer end-of-turn texts are prose, no marker."""
+
+
+def _without_end_of_turn(calls: CallShape, stops: tuple[str, ...]) -> CallShape:
+    """The end-of-turn marker after the calls (`]</TOOLCALL><SPECIAL_12>`) ends the turn,
+    not the section: the model may stop before it."""
+    for key in ("section_close", "call_close"):
+        exact = calls.rendered[key]
+        for stop in stops:
+            if exact.rstrip().endswith(stop) and exact.strip() != stop:
+                cut = exact[: exact.rstrip().rfind(stop)]
+                calls = replace(calls, **{key: cut.strip()}, rendered={**calls.rendered, key: cut})
+                break
+        if calls.rendered[key].strip():
+            break
+    return calls
 
 
 def _without_empty_reasoning(calls: CallShape, reasoning: tuple[str, str]) -> CallShape:
