@@ -305,25 +305,17 @@ def template_inspect(
 ) -> None:
     """The reasoning and tool-call syntax derived from the template by rendering probe
     conversations (issue 18), and the hand-written format whose markers it holds, if any."""
-    from .parsing import available_formats
+    from .backends.prompting import ModelPrompting
     from .parsing.derive import derive
-    from .parsing.detect import template_format
     from .templates import TemplateError, load_template
 
     try:
         template = load_template(file)
     except TemplateError as exc:
         raise typer.BadParameter(str(exc)) from None
-    syntax = derive(template)
-    lines = syntax.describe()
+    lines = derive(template).describe()
+    prompting = ModelPrompting(file.stem, template)
+    lines.append(("parser under auto", f"{prompting.format or 'none'}: {prompting.why}"))
     width = max(len(label) for label, _ in lines)
     for label, value in lines:
         typer.echo(f"{label + ':':<{width + 1}} {value}")
-    found = template_format(template.source)
-    if found is None:
-        verdict = "none: `auto` uses the derived parser" if syntax.calls or syntax.reasoning else "none"
-    elif found in available_formats() and found != "think_tags":
-        verdict = f"{found} (it wins over the derived parser under `auto`)"
-    else:
-        verdict = f"{found} (reads no calls: `auto` uses the derived parser)" if syntax.calls else found
-    typer.echo(f"{'hand-written format:':<{width + 1}} {verdict}")

@@ -56,6 +56,8 @@ class ModelPrompting:
         self.derived: TemplateSyntax | None = None
         """The syntax derived from the template, when its parser is the derived one (issue 18)."""
         self.format, self.parser, why = self._choose(parser)
+        self.why = why
+        """Why this parser was chosen (`responsekit template inspect` prints it too)."""
         if self.parser is not None:
             log.info("model %s: output parsed as %s: %s", name, self.format, why)
         self.reasoning_mode: ReasoningMode = reasoning_mode
@@ -79,7 +81,7 @@ class ModelPrompting:
         if self.generic_tools:
             # The template writes no call syntax: a format the model's name suggests (`pythonic`
             # for gemma-3) is no more than a guess, and would read calls into tool-less answers.
-            return None, None, "the template writes no tool calls"
+            return None, None, "the template reads no tools: calls go through the generic JSON protocol"
         found = detect_format(template=self.template.source)
         if found and found != REASONING_ONLY:
             return found, get_parser(found), "its markers occur in the chat template"
