@@ -29,7 +29,7 @@ from responsekit.parsing.json_stream import (
 )
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.tagged import TaggedParser
-from responsekit.parsing.xml_args import ArgsWriter
+from responsekit.parsing.xml_args import ArgsWriter, escape
 
 _WS = " \t\r\n"
 
@@ -74,6 +74,7 @@ class DerivedParser(TaggedParser):
         if wrap_close and shape.value_close:
             value_ends = (wrap_close + shape.value_close, *value_ends)
         self._value_scan = MarkerScanner(value_ends or (shape.key_open, shape.call_close))
+        self._value_stops = self._value_scan.starts | STRING_STOPS  # JSON-escaping is a no-op
         self._wrap_open = wrap_open
         self._wrap_seen = 0  # characters of `wrap_open` read at a value's start
         self._close_scan = MarkerScanner(
@@ -314,12 +315,21 @@ class DerivedParser(TaggedParser):
         return pos
 
     def _value(self, text: str, pos: int) -> int:
-        plain, marker, pos = self._value_scan.scan(text, pos)
+        scan = self._value_scan
+        plain, marker, pos = scan.scan(text, pos)
         self.out.args(self._args.value(plain))
-        if marker is not None:
-            self.out.args(self._args.end())
-            self.handler = self._between
+        if marker is None:
+            if scan.resting and self._args.streaming:
+                self.fast_lane(ARGS, self._value_stops, self._split_value)
+            return pos
+        self.out.args(self._args.end())
+        self.handler = self._between
         return pos
+
+    def _split_value(self, text: str) -> tuple[str, str] | None:
+        """The fast lane of a streaming string value: its JSON text up to a possible end."""
+        parts = self._value_scan.split(text)
+        return None if parts is None else (escape(parts[0]), parts[1])
 
     def _end_arguments(self) -> None:
         self.out.args(self._args.close())
