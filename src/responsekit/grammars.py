@@ -202,16 +202,20 @@ def derived_syntax(derived: TemplateSyntax) -> Syntax | None:
     reasoning = derived.reasoning  # its opening is "" when only the prompt opens it
     section = bool(marker["section_open"])
     opening = marker["call_open"] if section else marker["call_open"].lstrip()
-    if shape.id_close:  # an id the parser drops: any will do
-        opening += "call_0" + marker["id_close"]
+    # An id the parser drops: any will do (nine alphanumerics, as Mistral's are).
+    if shape.id_close and not shape.id_after_name:
+        opening += "call00000" + marker["id_close"]
+    name_close = marker["name_close"] + ("call00000" + marker["id_close"] if shape.id_after_name else "")
     common = {"separator": marker["separator"], "block_open": marker["section_open"].lstrip(),
               "block_close": marker["section_close"], "trigger": shape.trigger or None,
               "reasoning": reasoning}  # fmt: skip
+    if shape.call_index:  # Kimi's `NAME:0`
+        name_close = f"{shape.call_index}0{name_close}"
     if shape.style == "key_value":
-        return XmlCallSyntax(opening, marker["name_close"], marker["key_open"], marker["key_close"],
+        return XmlCallSyntax(opening, name_close, marker["key_open"], marker["key_close"],
                              marker["value_close"], marker["call_close"], **common)  # fmt: skip
     if shape.style == "name_json":
-        return CallSyntax(opening, marker["name_close"], marker["call_close"], **common)
+        return CallSyntax(opening, name_close, marker["call_close"], **common)
     return CallSyntax(f'{opening}{{"{shape.name_key}": "', f'", "{shape.args_key}": ',
                       "}" + marker["call_close"], **common)  # fmt: skip
 

@@ -79,14 +79,13 @@ RENDERABLE = renderable()
 ONE_CALL_GAPS = {
     # Pythonic calls (`[get_weather(city='Paris')]`): not one of the derived shapes.
     "LFM2.5-8B-A1B": "pythonic calls",
-    # Mistral writes the call id after the name (`NAME[CALL_ID]id[ARGS]`).
-    "Mistral-Small-3.2-24B-Instruct-2506": "the call id after the name",
 }
-KIMI = "a call index after the name (`functions.NAME:1`)"
-TWO_CALL_GAPS = {**ONE_CALL_GAPS, "Kimi-K2-Instruct": KIMI, "Kimi-K2-Thinking": KIMI, "moonshotai-Kimi-K2": KIMI,
-                 # Harmony writes each call as a message of its own, its recipient in the role
-                 # header (the hand-written gpt_oss_harmony format reads it).
-                 "openai-gpt-oss-120b": "one message per call"}  # fmt: skip
+TWO_CALL_GAPS = {
+    **ONE_CALL_GAPS,
+    # Harmony writes each call as a message of its own, its recipient in the role header
+    # (the hand-written gpt_oss_harmony format reads it).
+    "openai-gpt-oss-120b": "one message per call",
+}
 
 
 def cases(gaps: dict[str, str]) -> list[Any]:
@@ -171,7 +170,6 @@ DISAGREEMENTS = {
     "mistral_args/02-reasoning-answer": "this template writes no [THINK]",
     "mistral_args/07-partial-args": "this template writes no [THINK]",
     "mistral_args/09-truncated-unclosed-think-final": "this template writes no [THINK]",
-    "mistral_args/04-v11-call-id": "the call id after the name",
     "kimi_k2/02-thinking-answer": "Kimi-K2-Instruct writes no reasoning",
     "kimi_k2/03-thinking-content-2-parallel-calls-ids": "Kimi-K2-Instruct writes no reasoning",
     "apertus/03-reasoning-2-parallel-calls-short-form": "the template writes no reasoning",

@@ -75,6 +75,7 @@ class CallShape:
     call_close: str = ""
     separator: str = ""
     id_close: str = ""
+    id_after_name: bool = False
     name_close: str = ""
     name_key: str = "name"
     args_key: str = "arguments"
@@ -83,6 +84,10 @@ class CallShape:
     key_close: str = ""
     key_name_end: str = ""
     value_close: str = ""
+    id_after_name: bool = False
+    """The id follows the name: NAME `name_close` ID `id_close` (Mistral's `[CALL_ID]`)."""
+    call_index: str = ""
+    """The name is followed by this and the call's number (Kimi's `NAME:0`)."""
     value_wrap: tuple[str, str] = ("", "")
     """Around a value holding markup (`<![CDATA[` … `]]>`), dropped."""
     # The markers exactly as rendered (whitespace kept), for the grammar.
@@ -134,7 +139,14 @@ class TemplateSyntax:
             for label, value in (
                 ("section", _pair(calls.section_open, calls.section_close)),
                 ("each call", _pair(calls.call_open, calls.call_close)),
-                ("call id ends", repr(calls.id_close) if calls.id_close else ""),
+                (
+                    "call id ends",
+                    repr(calls.id_close)
+                    + (" (the id follows the name)" if calls.id_after_name else "")
+                    if calls.id_close
+                    else "",
+                ),
+                ("call number after", repr(calls.call_index) if calls.call_index else ""),
                 ("name ends", repr(calls.name_close) if calls.style != "envelope" else ""),
                 ("argument key", _pair(calls.key_open, calls.key_close)),
                 ("key header extra", repr(calls.key_name_end) if calls.key_name_end else ""),
@@ -286,12 +298,18 @@ class _Analysis:
         one = rendered(0)
         first = _locate(one, 0)
         before, after = one[: first.start], one[first.end :]
+        index = ""
         try:
             two = rendered(0, 1)
             second = _locate(two, 0)
-            between = two[second.end : _locate(two, 1, after=second.end).start]
+            third = _locate(two, 1, after=second.end)
+            between = two[second.end : third.start]
+            index = _call_index(first.name_close, third.name_close)
         except DeriveError:  # one call per turn (GigaChat): each call is a section of its own
             between = after + before
+        name_close = first.name_close
+        if index:  # `functions.NAME:0<|tool_call_argument_begin|>` (Kimi): the index is no marker
+            name_close = name_close[name_close.index(index) + len(index) + 1 :]
         call_close = _snap_prefix(os.path.commonprefix([after, between]))
         rest = between[len(call_close) :]
         call_open = _snap_suffix(_common_suffix(before, rest))
@@ -303,11 +321,12 @@ class _Analysis:
         )
         exact = {"section_open": before[: len(before) - len(call_open)], "section_close": after[len(call_close) :],
                  "call_open": call_open, "call_close": call_close, "separator": separator,
-                 "id_close": first.id_close, "name_close": first.name_close, "key_open": first.key_open,
+                 "id_close": first.id_close, "name_close": name_close, "key_open": first.key_open,
                  "key_close": first.key_close, "value_close": first.value_close}  # fmt: skip
         stripped = {key: value.strip() for key, value in exact.items()}
         return CallShape(first.style, name_key=first.name_key, args_key=first.args_key, args_as_text=first.args_as_text,
-                         key_name_end=first.key_name_end, value_wrap=wrap, rendered=exact, **stripped)  # fmt: skip
+                         key_name_end=first.key_name_end, value_wrap=wrap, id_after_name=first.id_after_name,
+                         call_index=index, rendered=exact, **stripped)  # fmt: skip
 
     def _value_wrap(
         self, found: _Found, reference: str | None, end_of_turn: str
@@ -429,6 +448,7 @@ class _Found:
     start: int  # where the call's id, name or envelope starts
     end: int  # after its arguments (and, key by key, after the last value's closing)
     id_close: str = ""
+    id_after_name: bool = False
     name_close: str = ""
     name_key: str = "name"
     args_key: str = "arguments"
@@ -437,6 +457,17 @@ class _Found:
     key_close: str = ""
     key_name_end: str = ""
     value_close: str = ""
+
+
+def _call_index(first: str, second: str) -> str:
+    """What precedes a call's number after its name (`:` of Kimi's `NAME:0`, `NAME:1`), if
+    the two calls' name closings differ by that number alone."""
+    if first == second:
+        return ""
+    match = re.fullmatch(r"(.*?)0(.*)", first, re.DOTALL)
+    if match is None or second != f"{match[1]}1{match[2]}" or not match[1].strip():
+        return ""
+    return match[1]
 
 
 def _json_objects(text: str, start: int) -> list[tuple[int, int, Any]]:
@@ -478,13 +509,12 @@ def _locate(text: str, index: int, *, after: int = 0) -> _Found:
     name_end = name_at + len(name)
     for json_start, json_end, value in _json_objects(text, name_end):
         if value == arguments:
-            return _Found(
-                "name_json",
-                start,
-                json_end,
-                id_close=id_close,
-                name_close=text[name_end:json_start],
-            )
+            name_close, id_after_name = text[name_end:json_start], False
+            if not id_close and call_id in name_close:  # `NAME [CALL_ID] ID [ARGS]` (Mistral)
+                name_close, id_close = name_close.split(call_id, 1)
+                id_after_name = True
+            return _Found("name_json", start, json_end, id_close=id_close, name_close=name_close,
+                          id_after_name=id_after_name)  # fmt: skip
     return _key_value(text, arguments, start, name_end, id_close)
 
 

@@ -187,15 +187,17 @@ class DerivedParser(TaggedParser):
     def _call_start(self) -> Handler:
         shape = self.shape
         assert shape is not None
-        if shape.id_close:
+        if shape.id_close and not shape.id_after_name:
             return self._call_id
         return self._call_body_start()
 
     def _call_id(self, text: str, pos: int) -> int:
-        """The id the template writes before the name: read and dropped."""
+        """The id the template writes before the name (or after it): read and dropped."""
         _, marker, pos = self._id_scan.scan(text, pos)
         if marker is not None:
-            self.handler = self._call_body_start()
+            shape = self.shape
+            assert shape is not None
+            self.handler = self._json_arguments if shape.id_after_name else self._call_body_start()
         return pos
 
     def _call_body_start(self) -> Handler:
@@ -229,10 +231,13 @@ class DerivedParser(TaggedParser):
         shape = self.shape
         assert shape is not None
         name = "".join(self._held).strip()
+        if shape.call_index:  # `NAME:0`: the call's number is no part of its name
+            head, _, number = name.rpartition(shape.call_index)
+            name = head if head and number.strip().isdigit() else name
         self.out.start_call(name)
         if shape.style == "name_json":
             self._json = JsonValueStreamer()
-            self.handler = self._json_arguments
+            self.handler = self._call_id if shape.id_after_name else self._json_arguments
             if marker == "{":  # no marker between the name and its arguments
                 self._replay("{")
             return pos
