@@ -75,7 +75,6 @@ class CallShape:
     call_close: str = ""
     separator: str = ""
     id_close: str = ""
-    id_after_name: bool = False
     name_close: str = ""
     name_key: str = "name"
     args_key: str = "arguments"
