@@ -7,13 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from responsekit.parsing import detect_format, get_parser
 from responsekit.parsing.derive import TemplateSyntax, derive
 from responsekit.parsing.derived_parser import derived_parser
 from responsekit.templates import ChatTemplate, TemplateError
 
-from .parsing_support import TEMPLATES_DIR, Folded, load_cases, run
+from .parsing_support import TEMPLATES_DIR, Folded, check_soup, load_cases, run
+from .test_fuzz import COMMON
 
 TOOLS = [
     {"type": "function", "function": {"name": name, "description": "Look something up.", "parameters": {
@@ -221,3 +224,34 @@ def test_the_derived_parser_agrees_with_the_hand_written_one_on_the_corpus(
 def test_the_corpus_comparison_covers_most_formats() -> None:
     assert len(BY_FORMAT) >= 24
     assert len(CORPUS) - len(DISAGREEMENTS) >= 80
+
+
+SOUP_TEMPLATES = [*ISSUE_FAILURES, "Qwen3.5-4B", "Kimi-K2-Instruct", "Mistral-Small-3.2-24B-Instruct-2506",
+                  "meta-llama-Llama-3.1-8B-Instruct", "deepseek-ai-DeepSeek-V3.2"]  # fmt: skip
+
+
+def _soup_pool(syntax: TemplateSyntax) -> list[str]:
+    """The derived markers (stripped and as rendered), the sentinels' pieces and JSON."""
+    pool = [*COMMON, *syntax.stops, *filter(None, syntax.content), *(syntax.reasoning or ())]
+    shape = syntax.calls
+    if shape is not None:
+        pool += [value for value in shape.rendered.values() if value]
+        pool += [marker for marker in (shape.trigger, shape.name_close, shape.key_open, shape.key_close,
+                                       shape.value_close, shape.call_close, shape.id_close) if marker]  # fmt: skip
+    return pool
+
+
+@pytest.mark.parametrize("stem", SOUP_TEMPLATES)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_fragment_soup(stem: str, data: st.DataObject) -> None:
+    """Random soups of the derived markers: one piece, per character and random splits
+    agree, nothing stalls, every call ends with valid JSON and a cut stream heals."""
+    syntax = derive(ChatTemplate((TEMPLATES_DIR / f"{stem}.jinja").read_text(), eos_token="</s>"))
+    check_soup(
+        derived_parser(syntax),
+        _soup_pool(syntax),
+        TOOLS,
+        data,
+        leads=("", '{"name": "get_weather", '),
+    )
