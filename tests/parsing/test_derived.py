@@ -15,7 +15,7 @@ from responsekit.parsing.derive import TemplateSyntax, derive
 from responsekit.parsing.derived_parser import derived_parser
 from responsekit.templates import ChatTemplate, TemplateError
 
-from .parsing_support import TEMPLATES_DIR, Folded, check_soup, load_cases, run
+from .parsing_support import TEMPLATES_DIR, Folded, check_soup, load_cases, no_stalls, run
 from .test_fuzz import COMMON
 
 TOOLS = [
@@ -255,3 +255,11 @@ def test_fragment_soup(stem: str, data: st.DataObject) -> None:
         data,
         leads=("", '{"name": "get_weather", '),
     )
+
+
+def test_a_section_holding_no_call_is_left_as_content() -> None:
+    """Apriel 1.5's `<tool_calls>[` followed by no JSON object: no call, no stall."""
+    syntax = derive(ChatTemplate((TEMPLATES_DIR / "unsloth-Apriel-1.5.jinja").read_text()))
+    with no_stalls():
+        folded = run(derived_parser(syntax)(TOOLS), ["hi <tool_calls>[x y] more"])
+    assert (folded.content, folded.calls) == ("hi x y] more", [])

@@ -174,6 +174,8 @@ class DerivedParser(TaggedParser):
             return pos
         if shape.section_close and text[pos] == shape.section_close[0]:
             self.handler = self._section_end
+        elif shape.style == "envelope" and text[pos] != "{":  # no call: the section was not one
+            self.resume()
         else:
             self.handler = self._call_start()
         return pos
