@@ -263,3 +263,58 @@ def test_a_section_holding_no_call_is_left_as_content() -> None:
     with no_stalls():
         folded = run(derived_parser(syntax)(TOOLS), ["hi <tool_calls>[x y] more"])
     assert (folded.content, folded.calls) == ("hi x y] more", [])
+
+
+UNSEEN_TEMPLATES = {
+    # Name then JSON, with reasoning markers of its own.
+    "name_json": """{%- for m in messages -%}
+<|{{ m.role }}|>
+{%- if m.role == 'assistant' -%}
+{%- if m.reasoning_content %}<|reflect|>{{ m.reasoning_content }}<|/reflect|>{% endif -%}
+{{ m.content }}
+{%- for c in m.tool_calls or [] %}<|call|>{{ c.function.name }}<|args|>{{ c.function.arguments | tojson }}<|/call|>{% endfor -%}
+{%- else %}{{ m.content }}{% endif -%}
+<|eot|>
+{%- endfor -%}
+{%- if add_generation_prompt %}<|assistant|>{% endif -%}""",
+    # Attribute-style XML, all calls in one block.
+    "key_value": """{%- for m in messages -%}
+### {{ m.role }}
+{%- if m.role == 'assistant' %}
+{{ m.content }}
+{%- if m.tool_calls %}
+<calls>
+{%- for c in m.tool_calls %}
+<invoke tool="{{ c.function.name }}">
+{%- for k, v in c.function.arguments.items() %}
+<arg key="{{ k }}">{{ v }}</arg>
+{%- endfor %}
+</invoke>
+{%- endfor %}
+</calls>
+{%- endif %}
+{%- else %}
+{{ m.content }}
+{%- endif %}
+[end]
+{% endfor -%}
+{%- if add_generation_prompt %}### assistant{% endif -%}""",
+}
+
+
+@pytest.mark.parametrize("style", UNSEEN_TEMPLATES)
+def test_a_template_of_an_unseen_family_needs_no_code(style: str) -> None:
+    """The issue's *done when*: a template in the common shape that no format and no other
+    test knows gets its reasoning and calls parsed, streamed char by char."""
+    template = ChatTemplate(UNSEEN_TEMPLATES[style])
+    syntax = derive(template)
+    assert syntax.calls is not None and syntax.calls.style == style, syntax
+    assert detect_format(template=template.source) is None
+    turn = rendered_turn(template, 2)
+    assert turn is not None
+    prompt, text = turn
+    folded = parse(template, syntax, prompt, text, list(text))
+    assert [(c.name, json.loads(c.arguments)) for c in folded.calls] == list(CALLS)
+    if style == "name_json":
+        assert syntax.reasoning == ("<|reflect|>", "<|/reflect|>")
+        assert folded.reasoning == REASONING
