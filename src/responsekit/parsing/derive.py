@@ -176,13 +176,12 @@ class _Analysis:
         self.content_open = ""
 
     def run(self) -> TemplateSyntax:
-        reference = self._turn_pair(_REFERENCE)
+        reference = self._render(_message(content=_REFERENCE))
         answer = self._turn(_message(content=_ANSWER), reference)
         if answer is None or _ANSWER not in answer:
             return TemplateSyntax(problems=("the template does not render an assistant answer",))
         start = answer.index(_ANSWER)
         end_of_turn = answer[start + len(_ANSWER) :]
-        content = (answer[:start].strip(), "")
         # What follows an answer may run into the next turn (Command R renders its next
         # system prompt): the turn ends at its first marker.
         end = _MARKER.match(end_of_turn.strip())
@@ -193,7 +192,7 @@ class _Analysis:
             )
         )
         reasoning, thinking_open = self._reasoning(reference)
-        content = (content[0] or self.content_open, content[1])
+        content = (answer[:start].strip() or self.content_open, "")
         calls = None
         try:
             calls = self._calls(reference, end_of_turn)
@@ -208,14 +207,15 @@ class _Analysis:
     # --- rendering -----------------------------------------------------------------
 
     def _render(self, message: dict[str, Any], *, prompt: bool = False) -> str | None:
+        if message.get("tool_calls") and self.template.text_arguments:  # as the server renders them
+            message = {**message, "tool_calls": [
+                {**call, "function": {**call["function"], "arguments": json.dumps(call["function"]["arguments"])}}
+                for call in message["tool_calls"]]}  # fmt: skip
         messages = [_USER] if prompt else [_USER, message]
         try:
             return self.template.render(messages, _TOOLS, add_generation_prompt=prompt)
         except TemplateError:
             return None
-
-    def _turn_pair(self, text: str) -> str | None:
-        return self._render(_message(content=text))
 
     def _turn(self, message: dict[str, Any], reference: str | None) -> str | None:
         """The assistant turn of `message` as rendered: after what it shares with the
@@ -284,8 +284,8 @@ class _Analysis:
     # --- calls ---------------------------------------------------------------------
 
     def _calls(self, reference: str | None, end_of_turn: str) -> CallShape:
-        def rendered(*calls: int, empty: bool = False) -> str:
-            message = _message(content="", tool_calls=[_call(i, empty=empty) for i in calls])
+        def rendered(*calls: int) -> str:
+            message = _message(content="", tool_calls=[_call(i) for i in calls])
             turn = self._turn(message, reference)
             if turn is None:
                 raise DeriveError("the template refuses an assistant turn with tool calls")
@@ -313,23 +313,19 @@ class _Analysis:
         rest = between[len(call_close) :]
         call_open = _snap_suffix(_common_suffix(before, rest))
         separator = rest[: len(rest) - len(call_open)]
-        wrap = (
-            self._value_wrap(first, reference, end_of_turn)
-            if first.style == "key_value"
-            else ("", "")
-        )
+        wrap = self._value_wrap(first, reference) if first.style == "key_value" else ("", "")
         exact = {"section_open": before[: len(before) - len(call_open)], "section_close": after[len(call_close) :],
                  "call_open": call_open, "call_close": call_close, "separator": separator,
                  "id_close": first.id_close, "name_close": name_close, "key_open": first.key_open,
                  "key_close": first.key_close, "value_close": first.value_close}  # fmt: skip
         stripped = {key: value.strip() for key, value in exact.items()}
+        if first.style != "envelope" and not (stripped["section_open"] or stripped["call_open"]):
+            raise DeriveError("no marker starts a call (only a bare JSON object can go without one)")
         return CallShape(first.style, name_key=first.name_key, args_key=first.args_key, args_as_text=first.args_as_text,
                          key_name_end=first.key_name_end, value_wrap=wrap, id_after_name=first.id_after_name,
                          call_index=index, rendered=exact, **stripped)  # fmt: skip
 
-    def _value_wrap(
-        self, found: _Found, reference: str | None, end_of_turn: str
-    ) -> tuple[str, str]:
+    def _value_wrap(self, found: _Found, reference: str | None) -> tuple[str, str]:
         """What wraps a bare value holding markup (MiniCPM's `<![CDATA[` … `]]>`)."""
         message = _message(content="", tool_calls=[{**_call(0), "function": {
             "name": _NAMES[0], "arguments": {**_ARGS[0], "probe_key_one": _MARKUP}}}])  # fmt: skip
@@ -407,9 +403,9 @@ def _message(**fields: Any) -> dict[str, Any]:
     return {"role": "assistant", **fields}
 
 
-def _call(index: int, *, empty: bool = False) -> dict[str, Any]:
+def _call(index: int) -> dict[str, Any]:
     return {"id": _IDS[index], "type": "function",
-            "function": {"name": _NAMES[index], "arguments": {} if empty else _ARGS[index]}}  # fmt: skip
+            "function": {"name": _NAMES[index], "arguments": _ARGS[index]}}  # fmt: skip
 
 
 _OPENERS = "<["

@@ -380,7 +380,7 @@ class DerivedParser(TaggedParser):
             return
         if self.handler in (self._envelope, self._bare):
             self._reader.close()
-        elif self.handler == self._json_arguments:
+        elif self.handler in (self._json_arguments, self._call_id):  # `_call_id`: after the name
             self.out.args(self._json.close())
         elif self.handler in (self._key, self._value_start, self._value, self._between, self._name):
             self.out.args(self._args.close())
