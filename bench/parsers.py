@@ -29,6 +29,7 @@ import platform
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from machine import describe
 
@@ -40,7 +41,18 @@ from responsekit.events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from responsekit.parsing import get_parser
+from responsekit.parsing import Parser, get_parser
+from responsekit.parsing.derive import derive
+from responsekit.parsing.derived_parser import derived_parser
+from responsekit.templates import ChatTemplate
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "tests" / "data" / "formats" / "templates"
+DERIVED = {  # parsers derived from a template (issue 18), on the text its model writes
+    "derived:hermes": ("Qwen-Qwen3-0.6B", "hermes_json"),
+    "derived:qwen3coder": ("Qwen3.5-4B", "qwen3_coder_xml"),
+    "derived:solar": ("upstage-Solar-Open-100B", "solar_open"),
+}
+"""Derived format -> (template, the synthesized output it reads)."""
 
 TOKEN_CHARS = 4
 TARGET_TOKENS = 100_000
@@ -138,6 +150,16 @@ def synthesize(fmt: str, rng: random.Random, tokens: int) -> tuple[str, bool]:
             f"{reasoning}\n</think>\n\n{content}<｜tool▁calls▁begin｜>{calls}"
             "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
         ), True
+    if fmt == "solar_open":  # no hand-written format: only a derived parser reads it
+        calls = "".join(
+            f"<|tool_call:begin|>call_{i}<|tool_call:name|>write_file<|tool_call:args|>{_args(c, i)}"
+            "<|tool_call:end|>"
+            for i, c in enumerate(codes)
+        )
+        return (
+            f"<|think|>{reasoning}<|end|><|begin|>assistant<|content|>{content}"
+            f"<|tool_calls|>{calls}<|calls|>"
+        ), False
     if fmt == "mistral_args":
         calls = "".join(f"[TOOL_CALLS]write_file[ARGS]{_args(c, i)}" for i, c in enumerate(codes))
         return f"[THINK]{reasoning}[/THINK]{content}{calls}</s>", False
@@ -172,29 +194,43 @@ def _timed(*runs: Callable[[], int]) -> list[float]:
     return best
 
 
+def parser_class(fmt: str) -> type[Parser]:
+    """A registered format's parser, or the one derived from a `DERIVED` template."""
+    if fmt in DERIVED:
+        source = (TEMPLATES / f"{DERIVED[fmt][0]}.jinja").read_text()
+        return derived_parser(derive(ChatTemplate(source)))
+    return get_parser(fmt)
+
+
+def output(fmt: str, size: int) -> tuple[str, bool]:
+    return synthesize(DERIVED[fmt][1] if fmt in DERIVED else fmt, random.Random(fmt), size)
+
+
 def _pieces(raw: str) -> list[str]:
     return [raw[i : i + TOKEN_CHARS] for i in range(0, len(raw), TOKEN_CHARS)]
 
 
 def check(fmt: str) -> None:
     """Untimed: token by token gives the one-shot result, with valid JSON arguments."""
-    raw, thinking_open = synthesize(fmt, random.Random(fmt), TARGET_TOKENS)
-    cls = get_parser(fmt)
+    raw, thinking_open = output(fmt, TARGET_TOKENS)
+    cls = parser_class(fmt)
     parser = cls(TOOLS, thinking_open=thinking_open)
     once = parser.feed(raw) + parser.finish()
     parser = cls(TOOLS, thinking_open=thinking_open)
     streamed = [event for token in _pieces(raw) for event in parser.feed(token)]
     one, two = _summary(once), _summary(streamed + parser.finish())
     assert one == two, f"{fmt}: streamed result differs from one-shot"
+    if fmt in DERIVED:
+        assert len(one[2]) == 5, f"{fmt}: the calls were not all read"
     for _, arguments in one[2]:
         json.loads(arguments)
 
 
 def bench(fmt: str, size: int) -> tuple[int, float, float]:
     """Token count, one-shot seconds and token-by-token seconds for a `size` output."""
-    raw, thinking_open = synthesize(fmt, random.Random(fmt), size)
+    raw, thinking_open = output(fmt, size)
     tokens = _pieces(raw)
-    cls = get_parser(fmt)
+    cls = parser_class(fmt)
 
     def at_once() -> int:
         parser = cls(TOOLS, thinking_open=thinking_open)
@@ -226,7 +262,7 @@ def main() -> int:
     print(header)
     print("-" * len(header))
     worst_ratio = worst_growth = 0.0
-    for fmt in ("hermes_json", "qwen3_coder_xml", "gpt_oss_harmony", "deepseek_r1", "mistral_args"):
+    for fmt in ("hermes_json", "qwen3_coder_xml", "gpt_oss_harmony", "deepseek_r1", "mistral_args", *DERIVED):
         check(fmt)
         count, once, streamed = bench(fmt, TARGET_TOKENS)
         small_count, _, small_streamed = bench(fmt, TARGET_TOKENS // 10)

@@ -5,6 +5,7 @@ tool calls, on `/v1/responses` (streaming and not) and `/v1/chat/completions`.""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,17 @@ def test_auto_detects_from_the_model_name(server, upstream_options):
     )
     for model, text in (("mystery-model", "<tool_call>raw</tool_call>"), ("test-model", "<tool_call>x")):
         assert summary(responses_once(server, {**body, "model": model})) == ("", text, []), model
+
+
+@pytest.mark.parametrize("upstream_options", [{"parser": "template", "models": ["Qwen3-8B"]}])
+def test_parser_template_on_a_chat_upstream_detects_from_the_model_name(server, upstream_options, caplog):
+    """A chat upstream keeps its template to itself (issue 18): `template` says so in the log
+    and reads the output as `auto` does."""
+    server.upstream.push(raw_exchange(HERMES_PIECES))
+    with caplog.at_level(logging.WARNING, "responsekit.backends.chat_upstream"):
+        hermes = responses_once(server, {"input": "Weather?", "tools": [WEATHER], "model": "Qwen3-8B"})
+    assert summary(hermes)[2] == [("get_weather", {"city": "Paris </tool_call> Nord", "days": -2})]
+    assert "needs the model's chat template" in caplog.text
 
 
 @pytest.mark.parametrize("upstream_options", [{"parser": "hermes_json"}])

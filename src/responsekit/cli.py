@@ -299,3 +299,29 @@ def files_add(
     typer.echo(f"{len(paths) - len(failed)} of {len(paths)} files searchable in {vector_store} ({store.id})")
     if failed:
         raise typer.Exit(1)
+
+
+template_commands = typer.Typer(no_args_is_help=True, help="What a chat template says about its model's output.")
+app.add_typer(template_commands, name="template")
+
+
+@template_commands.command("inspect")
+def template_inspect(
+    file: Annotated[Path, typer.Argument(help="A Jinja template, a GGUF model or a tokenizer_config.json.")],
+) -> None:
+    """The reasoning and tool-call syntax derived from the template by rendering probe
+    conversations (issue 18), and the hand-written format whose markers it holds, if any."""
+    from .backends.prompting import ModelPrompting
+    from .parsing.derive import derive
+    from .templates import TemplateError, load_template
+
+    try:
+        template = load_template(file)
+    except TemplateError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    lines = derive(template).describe()
+    prompting = ModelPrompting(file.stem, template)
+    lines.append(("parser under auto", f"{prompting.format or 'none'}: {prompting.why}"))
+    width = max(len(label) for label, _ in lines)
+    for label, value in lines:
+        typer.echo(f"{label + ':':<{width + 1}} {value}")

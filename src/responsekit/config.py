@@ -25,10 +25,11 @@ ReasoningMode = Literal["separate", "inline", "none"]
 
 
 def _check_format(value: str | None) -> str | None:
-    """A parser setting: a registered format, `auto`, `none` (read as off) or unset."""
+    """A parser setting: a registered format, `auto`, `template` (the parser derived from
+    the chat template, issue 18), `none` (read as off) or unset."""
     if value is None or value == "none":
         return None
-    if value != "auto":
+    if value not in ("auto", "template"):
         from .parsing import get_parser  # loads the formats only when a parser is configured
 
         get_parser(value)  # ValueError lists the known formats

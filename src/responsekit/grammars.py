@@ -24,9 +24,12 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .conversation import FunctionTool
+
+if TYPE_CHECKING:
+    from .parsing.derive import TemplateSyntax
 
 JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
 """A character of a JSON string: escaped, or anything but a quote, a backslash or a control character."""
@@ -84,6 +87,8 @@ class XmlCallSyntax:
     reasoning: tuple[str, str] | None = ("<think>", "</think>")
     raw_key_end: str | None = None
     """`key_end` before a raw-text value, where the format marks those (DSML's `string="true"`)."""
+    block_open: str = ""
+    block_close: str = ""
 
 
 Syntax = CallSyntax | XmlCallSyntax
@@ -161,11 +166,12 @@ def literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def forced_calls(fmt: str, tools: Sequence[FunctionTool], *, parallel: bool, thinking_open: bool,
+def forced_calls(fmt: str | Syntax | None, tools: Sequence[FunctionTool], *, parallel: bool, thinking_open: bool,
                  may_think: bool) -> Grammar | None:  # fmt: skip
     """The output is calls of `tools` only (after optional reasoning); None when the
-    format has no known call syntax."""
-    syntax = SYNTAXES.get(fmt)
+    format has no known call syntax.  `fmt` is a format's name or its syntax
+    (`derived_syntax`)."""
+    syntax = SYNTAXES.get(fmt) if isinstance(fmt, str) else fmt
     if syntax is None or not tools:
         return None
     rules = _Rules()
@@ -175,12 +181,12 @@ def forced_calls(fmt: str, tools: Sequence[FunctionTool], *, parallel: bool, thi
     return Grammar(rules.text())
 
 
-def lazy_calls(fmt: str, tools: Sequence[FunctionTool], *, parallel: bool, thinking_open: bool) -> Grammar | None:
+def lazy_calls(fmt: str | Syntax | None, tools: Sequence[FunctionTool], *, parallel: bool, thinking_open: bool) -> Grammar | None:
     """Calls kept well-formed once the model starts one; text before stays free.
 
     None when the format has no start marker to trigger on.
     """
-    syntax = SYNTAXES.get(fmt)
+    syntax = SYNTAXES.get(fmt) if isinstance(fmt, str) else fmt
     if syntax is None or syntax.trigger is None or not tools:
         return None
     rules = _Rules()
@@ -196,6 +202,36 @@ def lazy_calls(fmt: str, tools: Sequence[FunctionTool], *, parallel: bool, think
         prefix = ""
     return Grammar(rules.text(), lazy=True, trigger_pattern=f"{prefix}[\\s\\S]*?({trigger})[\\s\\S]*",
                    trigger_word=syntax.trigger)  # fmt: skip
+
+
+def derived_syntax(derived: TemplateSyntax) -> Syntax | None:
+    """The call syntax a template analysis found (issue 18), as the grammar writes it: the
+    markers exactly as the template renders them, the first without leading whitespace
+    (a lazy grammar starts at its trigger).  None for what a grammar cannot write here:
+    arguments as JSON text, key headers that mark the value's type (DSML)."""
+    shape = derived.calls
+    if shape is None or shape.args_as_text or shape.key_name_end:
+        return None
+    marker = shape.rendered
+    reasoning = derived.reasoning  # its opening is "" when only the prompt opens it
+    section = bool(marker["section_open"])
+    opening = marker["call_open"] if section else marker["call_open"].lstrip()
+    # An id the parser drops: any will do (nine alphanumerics, as Mistral's are).
+    if shape.id_close and not shape.id_after_name:
+        opening += "call00000" + marker["id_close"]
+    name_close = marker["name_close"] + ("call00000" + marker["id_close"] if shape.id_after_name else "")
+    common = {"separator": marker["separator"], "block_open": marker["section_open"].lstrip(),
+              "block_close": marker["section_close"], "trigger": shape.trigger or None,
+              "reasoning": reasoning}  # fmt: skip
+    if shape.call_index:  # Kimi's `NAME:0`
+        name_close = f"{shape.call_index}0{name_close}"
+    if shape.style == "key_value":
+        return XmlCallSyntax(opening, name_close, marker["key_open"], marker["key_close"],
+                             marker["value_close"], marker["call_close"], **common)  # fmt: skip
+    if shape.style == "name_json":
+        return CallSyntax(opening, name_close, marker["call_close"], **common)
+    return CallSyntax(f'{opening}{{"{shape.name_key}": "', f'", "{shape.args_key}": ',
+                      "}" + marker["call_close"], **common)  # fmt: skip
 
 
 def json_output(schema: dict[str, Any] | None, *, reasoning: tuple[str, str] | None, thinking_open: bool,
@@ -247,6 +283,8 @@ def _with_reasoning(rules: _Rules, tags: tuple[str, str] | None, body: str, thin
     if tags is None or not (thinking_open or may_think):
         return body
     opening, closing = tags
+    if not (opening or thinking_open):  # reasoning only the prompt opens (a derived syntax)
+        return body
     rules.add("reasoning", text_without(closing, rules))
     block = f'reasoning {literal(closing + resume)} [ \\t\\n]*'
     return f"{block} {body}" if thinking_open else f"({literal(opening)} [ \\t\\n]* {block})? {body}"
@@ -329,8 +367,6 @@ class _Rules:
         self.add("call", " | ".join(names))
         separator = f"{literal(syntax.separator)} " if syntax.separator else ""
         repeat = f"(call ({separator}call)*)" if parallel else "call"
-        if isinstance(syntax, XmlCallSyntax):
-            return repeat
         parts = [literal(syntax.block_open) if syntax.block_open else "", repeat,
                  literal(syntax.block_close) if syntax.block_close else ""]  # fmt: skip
         return " ".join(filter(None, parts))

@@ -178,7 +178,7 @@ def no_stalls() -> Iterator[None]:
 
 
 def check_soup(
-    fmt: str,
+    fmt: str | type[Parser],
     pool: Sequence[str],
     tools: Sequence[Any],
     data: st.DataObject,
@@ -194,7 +194,7 @@ def check_soup(
     thinking_open = data.draw(st.booleans())
     tools = data.draw(st.sampled_from([tools, ()]))
     cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=20))
-    cls = get_parser(fmt)
+    cls = get_parser(fmt) if isinstance(fmt, str) else fmt
     with time_budget(EXAMPLE_BUDGET), no_stalls():
         whole = run(cls(tools, thinking_open=thinking_open), [raw])
         split = run(cls(tools, thinking_open=thinking_open), split_at(raw, cuts))

@@ -185,6 +185,12 @@ class ChatUpstream:
         model name, and no parser applies when it names none."""
         options = self.config.parsing(model)
         name = options.parser
+        if name == "template":  # issue 18: derived from a chat template, which a chat upstream keeps to itself
+            if model not in self._undetected:
+                self._undetected.add(model)
+                log.warning("upstream %s: `parser = \"template\"` needs the model's chat template, which a chat "
+                            "upstream does not give; the format is detected from the model name", self.name)  # fmt: skip
+            name = "auto"
         if name == "auto":
             name = detect_format(model=model)
             if name is None and model not in self._undetected:

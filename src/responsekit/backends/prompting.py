@@ -20,11 +20,18 @@ from ..conversation import GenerationRequest, NamedToolChoice
 from ..errors import APIError
 from ..events import Error
 from ..parsing import Parser, detect_format, get_parser
+from ..parsing.derive import TemplateSyntax, derive
+from ..parsing.derived_parser import NAME as DERIVED
+from ..parsing.derived_parser import derived_parser
 from ..templates import ChatTemplate, TemplateError
 from . import generic_tools
 from .chat_upstream import ChunkTranslator, OutputParsing
 
 log = logging.getLogger(__name__)
+
+REASONING_ONLY = "think_tags"
+"""The hand-written format that reads reasoning and no calls: where the template writes
+calls, the derived parser reads both."""
 
 
 @dataclass(slots=True)
@@ -46,22 +53,57 @@ class ModelPrompting:
         self.template = template
         self.generic_tools = generic_tools.applies(template, parser)
         """Whether tool calls go through the generic JSON protocol (a template without tool syntax)."""
-        if parser and parser != "auto":
-            self.format: str | None = parser
-        elif self.generic_tools:
-            # The template writes no call syntax: a format the model's name suggests (`pythonic`
-            # for gemma-3) is no more than a guess, and would read calls into tool-less answers.
-            self.format = None
-        else:
-            self.format = detect_format(template=template.source, model=name)
-        self.parser: type[Parser] | None = get_parser(self.format) if self.format else None
+        self.derived: TemplateSyntax | None = None
+        """The syntax derived from the template, when its parser is the derived one (issue 18)."""
+        self.format, self.parser, why = self._choose(parser)
+        self.why = why
+        """Why this parser was chosen (`responsekit template inspect` prints it too)."""
+        if self.parser is not None:
+            log.info("model %s: output parsed as %s: %s", name, self.format, why)
         self.reasoning_mode: ReasoningMode = reasoning_mode
         self._warned: set[str] = set()
         if self.generic_tools:
             log.info("model %s: its chat template has no tool syntax; tools are described in the system message "
                      "and calls written as JSON under a grammar (llama.cpp's generic format)", name)  # fmt: skip
         if self.parser is None and not self.generic_tools:
-            log.warning("model %s: no output format recognised in its chat template; its text is passed as is", name)
+            log.warning("model %s: no output format recognised in its chat template (%s); its text is passed as is",
+                        name, why)  # fmt: skip
+
+    def _choose(self, configured: str | None) -> tuple[str | None, type[Parser] | None, str]:
+        """The output format, its parser and why (issue 18 part 3): a configured format;
+        else a hand-written format whose markers the template holds (it carries known
+        quirks); else the parser derived from the template when the analysis found
+        reasoning or calls; else the format the model's name suggests."""
+        if configured == DERIVED:
+            return self._derived("`parser = \"template\"` asks for the parser derived from the chat template")
+        if configured and configured != "auto":
+            return configured, get_parser(configured), "configured"
+        if self.generic_tools:
+            # The template writes no call syntax: a format the model's name suggests (`pythonic`
+            # for gemma-3) is no more than a guess, and would read calls into tool-less answers.
+            return None, None, "the template reads no tools: calls go through the generic JSON protocol"
+        found = detect_format(template=self.template.source)
+        if found and found != REASONING_ONLY:
+            return found, get_parser(found), "its markers occur in the chat template"
+        choice = self._derived("derived from the chat template, which no hand-written format matches"
+                               if found is None else "derived from the chat template, whose calls `think_tags` "
+                               "would pass as text")  # fmt: skip
+        derived = self.derived
+        if derived is not None and (derived.calls is not None or (found is None and derived.reasoning is not None)):
+            return choice
+        if found:
+            self.derived = None
+            return found, get_parser(found), "its markers occur in the chat template"
+        self.derived = None
+        found = detect_format(model=self.name)
+        if found:
+            return found, get_parser(found), "the model's name suggests it"
+        return None, None, "the template analysis found neither reasoning nor calls"
+
+    def _derived(self, why: str) -> tuple[str, type[Parser], str]:
+        syntax = self.derived = derive(self.template)
+        problems = "; ".join(syntax.problems)
+        return DERIVED, derived_parser(syntax), f"{why}{f' ({problems})' if problems else ''}"
 
     def prompt_or_raise(self, request: GenerationRequest) -> str:
         """The rendered prompt, or a 400 (for callers that answer a request themselves)."""
@@ -131,10 +173,10 @@ class ModelPrompting:
                 )  # fmt: skip
             parallel = request.parallel_tool_calls is not False
             if wants == "calls":
-                grammar = grammars.forced_calls(self.format or "", tools, parallel=parallel,
+                grammar = grammars.forced_calls(self._syntax(), tools, parallel=parallel,
                                                 thinking_open=thinking_open, may_think=may_think)  # fmt: skip
             else:
-                grammar = grammars.lazy_calls(self.format or "", tools, parallel=parallel, thinking_open=thinking_open)
+                grammar = grammars.lazy_calls(self._syntax(), tools, parallel=parallel, thinking_open=thinking_open)
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             log.warning("model %s: no grammar for this request's schemas (%s); generating unconstrained", self.name, exc)
             return None
@@ -144,10 +186,21 @@ class ModelPrompting:
         return grammar
 
     def _reasoning_tags(self) -> tuple[str, str] | None:
+        if self.derived is not None:
+            reasoning = self.derived.reasoning
+            return reasoning if reasoning is not None and reasoning[0] else None
         syntax = grammars.SYNTAXES.get(self.format or "")
         return syntax.reasoning if syntax else ("<think>", "</think>")
 
+    def _syntax(self) -> grammars.Syntax | None:
+        """How calls are written, for a grammar: the format's, or the derived one's."""
+        if self.derived is not None:
+            return grammars.derived_syntax(self.derived)
+        return grammars.SYNTAXES.get(self.format or "")
+
     def _writes_reasoning(self) -> bool:
+        if self.derived is not None:  # its markers may be built by the template (Hunyuan's `<think{}>`)
+            return self._reasoning_tags() is not None
         tags = self._reasoning_tags()
         return tags is not None and tags[0] in self.template.source
 

@@ -78,10 +78,10 @@ class TaggedParser(StreamParser):
             if self._said_reasoning and scan.resting:
                 self.fast_lane(REASONING, scan.starts, scan.split)
             return pos
-        if marker in self.stop_tokens:
-            return pos
-        if marker == self.reasoning_close:
+        if marker == self.reasoning_close:  # before stop tokens: Solar's `<|end|>` is both
             self.handler = self._content_start
+        elif marker in self.stop_tokens:
+            return pos
         elif marker == self.reasoning_open:
             if self._said_reasoning:
                 self.out.reasoning(marker)
