@@ -63,12 +63,8 @@ AWAITING_DERIVED_PARSER = {
     # No hand-written format matches their markers; the template-derived parser (issue 18,
     # parts 1-3) reads them.
     "GigaChat3-10B-A1.8B",  # `function call<|role_sep|>` then a JSON call
-    "GigaChat3.1-10B-A1.8B",  # `<|function_call|>` then a JSON call
-    "upstage-Solar-Open-100B",  # `<|tool_calls|><|tool_call:begin|>…<|tool_call:name|>…<|tool_call:args|>`
-    "tencent-Hy3",  # `<tool_calls:opensource>` with key/value markers per argument
     # A hand-written format is picked by a marker in the template, but not the one it writes.
     "unsloth-Apriel-1.5",  # hermes_json by `<tool_call>` in its text; it writes `<tool_calls>[…]</tool_calls>`
-    "openbmb-MiniCPM5-1B",  # think_tags; it writes `<function name=…><param name=…>` XML
 }
 """Strictly expected to fail until the derived parser lands; then each XPASS fails the run
 and the template leaves this set."""
