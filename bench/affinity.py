@@ -7,9 +7,10 @@ of the last prompt it read, so a prompt that extends it is read from where it di
 RAM cache of several prompts, `--cache`, a server stopped mid-run here, its log ending in a state
 save). ResponseKit renders the chat template (`api = "completions"`) and pools them.
 Conversations of `--turns` turns start with a long document and add a long user turn each time;
-several run at once, each starting a second after the last and pausing a random time before each
-turn (a user reading and typing: `--think`), so that round robin does not happen to send each
-conversation to the same member turn after turn, as conversations in lockstep would get.
+several run at once, each starting a second after the last and pausing before each turn (a user
+reading and typing) for a time of its own: none for the first, `--think` seconds more for each next
+one. Conversations at one pace would take turns in lockstep, and round robin would then send each
+to the same member turn after turn by chance.
 Three kinds of client, each a run per balancing policy:
 
 - `chained`: `previous_response_id` (stored responses), routed by the chain;
@@ -56,8 +57,9 @@ WORDS = ["harbor", "lantern", "quartz", "meadow", "falcon", "ember", "willow", "
 
 
 def passage(seed: int, words: int) -> str:
-    """A deterministic filler text of about `words` words (no two conversations share one)."""
-    return " ".join(WORDS[(seed * 7 + i * i + i * seed) % len(WORDS)] for i in range(words))
+    """A deterministic filler text of `words` words (no two seeds share a prefix of any length)."""
+    pick = random.Random(seed)
+    return " ".join(pick.choice(WORDS) for _ in range(words))
 
 
 def config(upstreams: list[str], policy: str, template: Path) -> str:
@@ -94,7 +96,6 @@ async def turn(client: httpx.AsyncClient, body: dict) -> tuple[float, dict]:
 async def conversation(client: httpx.AsyncClient, kind: str, seed: int, args: argparse.Namespace,
                        start: float) -> list[float]:  # fmt: skip
     """The times to first token of turns 2…N of one conversation."""
-    pauses = random.Random(seed)
     await asyncio.sleep(start)
     turns, document_words, turn_words, answer_tokens = args.turns, args.document_words, args.turn_words, args.answer_tokens
     history: list[dict] = []
@@ -119,7 +120,7 @@ async def conversation(client: httpx.AsyncClient, kind: str, seed: int, args: ar
         history += [message, {"role": "assistant", "content": answer}]
         if number:
             times.append(seconds)
-        await asyncio.sleep(pauses.uniform(0, args.think))
+        await asyncio.sleep(start * args.think)
     return times
 
 
@@ -137,7 +138,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--document-words", type=int, default=500, help="the first turn's document")
     parser.add_argument("--turn-words", type=int, default=120, help="each turn's own text")
-    parser.add_argument("--think", type=float, default=3.0, help="longest pause before a turn, seconds")
+    parser.add_argument("--think", type=float, default=2.0,
+                        help="the pause before each turn of the second conversation (the third's is twice it…), seconds")
     parser.add_argument("--answer-tokens", type=int, default=16, help="max_output_tokens of each answer (16 at least)")
     args = parser.parse_args()
     results: dict[tuple[str, str], list[float]] = {}
@@ -181,7 +183,7 @@ def report(args: argparse.Namespace, results: dict[tuple[str, str], list[float]]
         (f"{datetime.date.today()}, {describe()}; two llama-cpp-python servers on the real Gemma 3 270M (Q4_K_M), "
          f"one thread each, the KV cache of the last prompt; {args.conversations} conversations at once of {args.turns} turns "
          f"(a {args.document_words}-word document, {args.turn_words} words a turn, {args.answer_tokens}-token answers, "
-         f"0–{args.think:g} s before each turn); "
+         f"pausing {args.think:g} s more before each turn than the last conversation); "
          f"{minutes:.1f} minutes, load average {load[0]:.2f} before and {load[1]:.2f} after. Time to first token of "
          "turns 2 and later, in ms."),
         "",
