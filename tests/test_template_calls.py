@@ -62,7 +62,6 @@ CHARACTERS = "@characters"
 AWAITING_DERIVED_PARSER = {
     # No hand-written format matches their markers; the template-derived parser (issue 18,
     # parts 1-3) reads them.
-    "GigaChat3-10B-A1.8B",  # `function call<|role_sep|>` then a JSON call
     # A hand-written format is picked by a marker in the template, but not the one it writes.
     "unsloth-Apriel-1.5",  # hermes_json by `<tool_call>` in its text; it writes `<tool_calls>[…]</tool_calls>`
 }
