@@ -8,9 +8,7 @@ call as a `function_call` with the same name and arguments, never as text.  The 
 sent in one piece and character by character.
 
 One engine and one ResponseKit server serve every template (one upstream each), so the
-whole table runs in seconds.  Templates whose format only the derived parser can read are
-listed in `AWAITING_DERIVED_PARSER`, strictly expected to fail: once that parser lands they
-pass, the run fails on the XPASS, and they leave the list.
+whole table runs in seconds.
 """
 
 from __future__ import annotations
@@ -58,21 +56,6 @@ CALL = Message("assistant", tool_calls=[ToolCall("a1B2c3D4e", TOOL.name, json.du
 """The call the model answers with; its id is nine letters and digits, as Mistral's templates demand."""
 CHARACTERS = "@characters"
 """Suffix of a model name whose engine answer comes one character per chunk."""
-
-AWAITING_DERIVED_PARSER = {
-    # No hand-written format matches their markers; the template-derived parser (issue 18,
-    # parts 1-3) reads them.
-    "GigaChat3-10B-A1.8B",  # `function call<|role_sep|>` then a JSON call
-    # A hand-written format is picked by a marker in the template, but not the one it writes.
-    "unsloth-Apriel-1.5",  # hermes_json by `<tool_call>` in its text; it writes `<tool_calls>[…]</tool_calls>`
-}
-"""Strictly expected to fail until the derived parser lands; then each XPASS fails the run
-and the template leaves this set."""
-
-HAND_WRITTEN_FORMAT_GAPS: dict[str, str] = {}
-"""Failures of a hand-written format that matches the template's markers (so the derived
-parser, which only applies where none matches, will not change them), strictly expected."""
-
 
 @dataclass(frozen=True)
 class RenderedCall:
@@ -198,22 +181,7 @@ def _calls(output: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     ]
 
 
-def _expected_failure(name: str) -> list[pytest.MarkDecorator]:
-    if name in AWAITING_DERIVED_PARSER:
-        return [
-            pytest.mark.xfail(
-                strict=True, reason="its call syntax needs the template-derived parser (issue 18)"
-            )
-        ]
-    if name in HAND_WRITTEN_FORMAT_GAPS:
-        return [pytest.mark.xfail(strict=True, reason=HAND_WRITTEN_FORMAT_GAPS[name])]
-    return []
-
-
-@pytest.mark.parametrize(
-    "call",
-    [pytest.param(call, id=call.name, marks=_expected_failure(call.name)) for call in RENDERED],
-)
+@pytest.mark.parametrize("call", [pytest.param(call, id=call.name) for call in RENDERED])
 def test_the_call_a_template_renders_comes_back_as_that_call(
     gateway: str, call: RenderedCall
 ) -> None:
@@ -231,10 +199,5 @@ def test_the_call_a_template_renders_comes_back_as_that_call(
 
 
 def test_the_table_covers_the_templates_that_render_calls() -> None:
-    """The awaited list names only templates that are tried, so it cannot go stale unseen."""
-    assert AWAITING_DERIVED_PARSER | set(HAND_WRITTEN_FORMAT_GAPS) <= {
-        call.name for call in RENDERED
-    }
-    assert (
-        len(RENDERED) == 46
-    )  # a template that stops rendering its call would leave the table unseen
+    """A template that stops rendering its call would leave the table unseen."""
+    assert len(RENDERED) == 46

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from responsekit.parsing import detect_format, get_parser
-from responsekit.parsing.derive import TemplateSyntax, derive
+from responsekit.parsing.derive import TemplateSyntax, derive, reads_sample_call
 from responsekit.parsing.derived_parser import derived_parser
 from responsekit.templates import ChatTemplate, TemplateError
 
@@ -263,6 +263,31 @@ def test_a_section_holding_no_call_is_left_as_content() -> None:
     with no_stalls():
         folded = run(derived_parser(syntax)(TOOLS), ["hi <tool_calls>[x y] more"])
     assert (folded.content, folded.calls) == ("hi x y] more", [])
+
+
+def test_a_hand_written_format_is_checked_on_the_call_the_template_renders() -> None:
+    """`hermes_json` matches Apriel 1.5 by the `<tool_call>` in its text, but does not read
+    the `<tool_calls>[…]</tool_calls>` it writes; it reads Qwen 2.5's own calls."""
+    apriel = derive(ChatTemplate((TEMPLATES_DIR / "unsloth-Apriel-1.5.jinja").read_text()))
+    qwen = derive(ChatTemplate((TEMPLATES_DIR / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()))
+    assert "<tool_calls>[" in apriel.sample_call
+    assert not reads_sample_call(get_parser("hermes_json"), apriel)
+    assert reads_sample_call(derived_parser(apriel), apriel)
+    assert reads_sample_call(get_parser("hermes_json"), qwen)
+
+
+def test_an_end_of_turn_marker_that_starts_the_call_marker_is_dropped_after_a_call() -> None:
+    """GigaChat 3 ends the call's turn with `<|message_sep|>`, which also starts its call
+    marker: after the call it is no text, however the stream is split."""
+    syntax = derive(ChatTemplate((TEMPLATES_DIR / "GigaChat3-10B-A1.8B.jinja").read_text()))
+    answer = '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}<|message_sep|>\n\n'
+    for pieces in ([answer], list(answer)):
+        with no_stalls():
+            folded = run(derived_parser(syntax)(TOOLS), pieces)
+        assert folded.content.strip() == ""
+        assert [(call.name, json.loads(call.arguments)) for call in folded.calls] == [
+            ("get_weather", {"city": "Paris"})
+        ]
 
 
 UNSEEN_TEMPLATES = {

@@ -20,7 +20,7 @@ from ..conversation import GenerationRequest, NamedToolChoice
 from ..errors import APIError
 from ..events import Error
 from ..parsing import Parser, detect_format, get_parser
-from ..parsing.derive import TemplateSyntax, derive
+from ..parsing.derive import TemplateSyntax, derive, reads_sample_call
 from ..parsing.derived_parser import NAME as DERIVED
 from ..parsing.derived_parser import derived_parser
 from ..templates import ChatTemplate, TemplateError
@@ -72,8 +72,9 @@ class ModelPrompting:
     def _choose(self, configured: str | None) -> tuple[str | None, type[Parser] | None, str]:
         """The output format, its parser and why (issue 18 part 3): a configured format;
         else a hand-written format whose markers the template holds (it carries known
-        quirks); else the parser derived from the template when the analysis found
-        reasoning or calls; else the format the model's name suggests."""
+        quirks), if it reads the call the template itself renders; else the parser derived
+        from the template when the analysis found reasoning or calls; else the format the
+        model's name suggests."""
         if configured == DERIVED:
             return self._derived("`parser = \"template\"` asks for the parser derived from the chat template")
         if configured and configured != "auto":
@@ -83,25 +84,27 @@ class ModelPrompting:
             # for gemma-3) is no more than a guess, and would read calls into tool-less answers.
             return None, None, "the template reads no tools: calls go through the generic JSON protocol"
         found = detect_format(template=self.template.source)
+        syntax = derive(self.template)  # once per model, at load
         if found and found != REASONING_ONLY:
-            return found, get_parser(found), "its markers occur in the chat template"
+            if reads_sample_call(get_parser(found), syntax) or syntax.calls is None:
+                return found, get_parser(found), "its markers occur in the chat template"
+            return self._derived(f"derived from the chat template: `{found}`'s markers occur in it, but `{found}` "
+                                 "does not read the call the template renders", syntax)  # fmt: skip
         choice = self._derived("derived from the chat template, which no hand-written format matches"
                                if found is None else "derived from the chat template, whose calls `think_tags` "
-                               "would pass as text")  # fmt: skip
-        derived = self.derived
-        if derived is not None and (derived.calls is not None or (found is None and derived.reasoning is not None)):
+                               "would pass as text", syntax)  # fmt: skip
+        if syntax.calls is not None or (found is None and syntax.reasoning is not None):
             return choice
-        if found:
-            self.derived = None
-            return found, get_parser(found), "its markers occur in the chat template"
         self.derived = None
+        if found:
+            return found, get_parser(found), "its markers occur in the chat template"
         found = detect_format(model=self.name)
         if found:
             return found, get_parser(found), "the model's name suggests it"
         return None, None, "the template analysis found neither reasoning nor calls"
 
-    def _derived(self, why: str) -> tuple[str, type[Parser], str]:
-        syntax = self.derived = derive(self.template)
+    def _derived(self, why: str, syntax: TemplateSyntax | None = None) -> tuple[str, type[Parser], str]:
+        syntax = self.derived = syntax or derive(self.template)
         problems = "; ".join(syntax.problems)
         return DERIVED, derived_parser(syntax), f"{why}{f' ({problems})' if problems else ''}"
 

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from responsekit.events import ToolCallDelta, ToolCallStart
+from responsekit.parsing.base import Parser
 from responsekit.templates import ChatTemplate, TemplateError
 
 CallStyle = Literal["envelope", "name_json", "key_value"]
@@ -114,6 +116,9 @@ class TemplateSyntax:
     calls: CallShape | None = None
     problems: tuple[str, ...] = ()
     """What could not be derived, and why (empty when all of it was)."""
+    sample_call: str = field(default="", compare=False)
+    """The assistant turn the template renders for one probe call (up to its end of turn),
+    "" when it renders none: `reads_sample_call` checks a hand-written format on it."""
 
     def describe(self) -> list[tuple[str, str]]:
         """(label, value) lines for `responsekit template inspect`."""
@@ -173,6 +178,7 @@ class _Analysis:
     def __init__(self, template: ChatTemplate) -> None:
         self.template = template
         self.problems: list[str] = []
+        self.sample_call = ""
         self.content_open = ""
 
     def run(self) -> TemplateSyntax:
@@ -202,7 +208,8 @@ class _Analysis:
             calls = _without_end_of_turn(calls, stops)
         if calls is not None and reasoning is not None and reasoning[0]:
             calls = _without_empty_reasoning(calls, reasoning)
-        return TemplateSyntax(reasoning, thinking_open, content, stops, calls, tuple(self.problems))
+        return TemplateSyntax(reasoning, thinking_open, content, stops, calls, tuple(self.problems),
+                              self.sample_call)  # fmt: skip
 
     # --- rendering -----------------------------------------------------------------
 
@@ -294,7 +301,7 @@ class _Analysis:
             suffix = _snap_suffix(_common_suffix(turn, end_of_turn))
             return turn[: len(turn) - len(suffix)] if suffix else turn
 
-        one = rendered(0)
+        one = self.sample_call = rendered(0)
         first = _locate(one, 0)
         before, after = one[: first.start], one[first.end :]
         index = ""
@@ -338,6 +345,23 @@ class _Analysis:
         opening = turn[opened + len(found.key_close) : at]
         closing = turn[at + len(_MARKUP) : closed] if closed != -1 else ""
         return (opening, closing) if opening.strip() and closing.strip() else ("", "")
+
+
+def reads_sample_call(parser: type[Parser], syntax: TemplateSyntax) -> bool:
+    """`parser` reads the probe call the template renders as that call (issue 18): a
+    hand-written format picked by a marker in the template may not be the one it writes
+    (Apriel 1.5 mentions `<tool_call>`, writes `<tool_calls>[…]</tool_calls>`).  True when
+    the template renders no call: there is nothing to check."""
+    if not syntax.sample_call:
+        return True
+    reader = parser(_TOOLS)
+    events = [*reader.feed(syntax.sample_call), *reader.finish()]
+    names = [event.name for event in events if isinstance(event, ToolCallStart)]
+    arguments = "".join(event.arguments for event in events if isinstance(event, ToolCallDelta))
+    try:
+        return names == [_NAMES[0]] and json.loads(arguments) == _ARGS[0]
+    except ValueError:
+        return False
 
 
 def _reasoning_tags(source: str) -> list[tuple[str, str]]:

@@ -43,6 +43,8 @@ class DerivedParser(TaggedParser):
     name = NAME
     syntax: TemplateSyntax
     shape: CallShape | None = None
+    shadowed_stops: tuple[str, ...] = ()
+    """End-of-turn markers that start a call marker: dropped from content text."""
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] = (), *, thinking_open: bool = False
@@ -98,6 +100,20 @@ class DerivedParser(TaggedParser):
         if not opening:
             return cls.syntax.thinking_open
         return tail.endswith(opening) and not tail.endswith(closing)
+
+    def _content_text(self, plain: str) -> None:
+        """A shadowed stop is released whole: the scanner holds it as the start of the
+        call marker it begins, and releases it with what proves it is not one."""
+        for stop in self.shadowed_stops:
+            plain = plain.replace(stop, "")
+        if plain:
+            super()._content_text(plain)
+
+    def _content_split(self, text: str) -> tuple[str, str] | None:
+        """The fast lane would report a shadowed stop as text: the handlers read it."""
+        if any(stop in text for stop in self.shadowed_stops):
+            return None
+        return super()._content_split(text)
 
     # --- calls ---------------------------------------------------------------------
 
@@ -393,18 +409,18 @@ def derived_parser(syntax: TemplateSyntax) -> type[DerivedParser]:
     reasoning = syntax.reasoning
     markers = (shape.trigger,) if shape is not None and shape.trigger else ()
     # An end-of-turn marker that starts a call marker (GigaChat's `<|message_sep|>`
-    # before `function call`) is not dropped: it would cut the call marker.
-    stops = tuple(
-        stop
-        for stop in (*syntax.stops, *filter(None, syntax.content))
-        if not any(marker.startswith(stop) for marker in markers)
-    )
+    # before `function call`) is no marker of the scanners: it would cut the call marker.
+    # It is dropped from the text they release instead (`_content_text`).
+    stops, shadowed = [], []
+    for stop in (*syntax.stops, *filter(None, syntax.content)):
+        (shadowed if any(marker.startswith(stop) for marker in markers) else stops).append(stop)
     attributes = {
         "syntax": syntax,
         "shape": shape,
         "reasoning_open": (reasoning[0] or None) if reasoning else None,
         "reasoning_close": reasoning[1] if reasoning else None,
-        "stop_tokens": stops,
+        "stop_tokens": tuple(stops),
+        "shadowed_stops": tuple(shadowed),
         "call_markers": markers,
     }
     return type("DerivedParser", (DerivedParser,), attributes)

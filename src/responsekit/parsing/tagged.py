@@ -95,11 +95,10 @@ class TaggedParser(StreamParser):
         scan = self._content_scan
         plain, marker, pos = scan.scan(text, pos)
         if plain:
-            self.out.text(plain)
-            self._said_content = self._said_content or not plain.isspace()
+            self._content_text(plain)
         if marker is None:
             if self._said_content and scan.resting:
-                self.fast_lane(TEXT, scan.starts, scan.split)
+                self.fast_lane(TEXT, scan.starts, self._content_split)
             return pos
         if marker in self.stop_tokens:
             return pos
@@ -114,6 +113,15 @@ class TaggedParser(StreamParser):
             self.handler = self._call_handler(marker)
         return pos
 
+    def _content_split(self, text: str) -> tuple[str, str] | None:
+        """The content fast lane's split (see `StreamParser.fast_lane`)."""
+        return self._content_scan.split(text)
+
+    def _content_text(self, plain: str) -> None:
+        """Content text the scanner released (formats that drop more from it override)."""
+        self.out.text(plain)
+        self._said_content = self._said_content or not plain.isspace()
+
     def _call_handler(self, marker: str) -> Handler:
         """The handler reading the call `marker` starts; formats with calls override."""
         raise NotImplementedError(f"{type(self).__name__} declares marker {marker!r}")
@@ -122,7 +130,7 @@ class TaggedParser(StreamParser):
         if self.handler == self._reasoning:
             self.out.reasoning(self._reasoning_scan.flush())
         elif self.handler == self._content:
-            self.out.text(self._content_scan.flush())
+            self._content_text(self._content_scan.flush())
         else:
             self._finish_call()
 
