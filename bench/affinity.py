@@ -136,8 +136,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conversations", type=int, default=2, help="conversations at once, per run")
     parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--document-words", type=int, default=500, help="the first turn's document")
-    parser.add_argument("--turn-words", type=int, default=120, help="each turn's own text")
+    parser.add_argument("--document-words", type=int, default=1200, help="the first turn's document")
+    parser.add_argument("--turn-words", type=int, default=80, help="each turn's own text")
     parser.add_argument("--think", type=float, default=2.0,
                         help="the pause before each turn of the second conversation (the third's is twice it…), seconds")
     parser.add_argument("--answer-tokens", type=int, default=16, help="max_output_tokens of each answer (16 at least)")
