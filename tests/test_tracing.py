@@ -192,6 +192,25 @@ def test_message_content_when_asked_for(upstream):
     assert receiver.resources[0]["service.name"] == "gateway-7"
 
 
+def test_a_sampled_out_trace_records_nothing_and_tells_the_engine(upstream):
+    """A trace the sampler dropped makes no spans below the request (`tracing.sampled_out()`),
+    and the engine gets its `traceparent` unsampled, so that its own spans are dropped too."""
+    with traced_server(upstream, OTEL_TRACES_SAMPLER="parentbased_traceidratio",
+                       OTEL_TRACES_SAMPLER_ARG="1") as (receiver, url):  # fmt: skip
+        dropped, kept = "4bf92f3577b34da6a3ce929d0e0e4736", "5cf92f3577b34da6a3ce929d0e0e4737"
+        for trace_id, flags in ((dropped, "00"), (kept, "01")):
+            upstream.push(text_exchange("Hello!"))
+            answer = httpx.post(f"{url}/v1/responses", headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-{flags}"},
+                                json={"model": "test-model", "input": PROMPT, "stream": True, "store": True})  # fmt: skip
+            assert answer.status_code == 200 and "response.completed" in answer.text
+            assert upstream.headers[-1]["traceparent"].split("-")[1::2] == [trace_id, flags]
+        wait_for(lambda: receiver.named("store save_response"))
+        wait_for(lambda: receiver.named("POST /v1/responses"))
+    assert {span.trace_id.hex() for span in receiver.spans if span.name != "GET /health"} == {kept}
+    assert {span.name for span in receiver.spans if span.trace_id.hex() == kept} == {
+        "POST /v1/responses", "invoke_agent responsekit", "chat test-model", "store save_response"}  # fmt: skip
+
+
 class GrpcReceiver(TraceServiceServicer):
     """OTLP over gRPC, on a real grpc server."""
 

@@ -130,23 +130,38 @@ class Tracing:
         if self.capture_content:
             attributes["gen_ai.input.messages"] = json.dumps(_messages(request), ensure_ascii=False)
         span = self.tracer.start_span(f"chat {request.model}", kind=self._client, attributes=attributes)
+        current = self._trace.set_span_in_context(span)
         started = time.perf_counter()
         first_token = False
         text: list[str] = []
+        events = backend.generate(request)
         try:
             # Closed here, not left to the garbage collector: closing it ends the engine's request.
-            async with aclosing(self._within(span, backend.generate(request))) as events:
-                async for event in events:  # each made with this span current: the engine's request carries it
+            async with aclosing(events):  # type: ignore[type-var]
+                while True:
+                    # The span is current while the engine's request goes out (its `traceparent`),
+                    # which is before the first event, a failover's retry included (`backends/pool.py`);
+                    # after it, each event costs no context switch (a token's cost counts, issue 16).
+                    if first_token:
+                        event = await anext(events, None)
+                    else:
+                        token = self._context.attach(current)
+                        try:
+                            event = await anext(events, None)
+                        finally:
+                            self._context.detach(token)
+                    if event is None:
+                        return
                     if not first_token and isinstance(event, FIRST_CONTENT):
                         first_token = True
-                        seconds = time.perf_counter() - started
-                        span.set_attribute("gen_ai.server.time_to_first_token", seconds)
+                        span.set_attribute("gen_ai.server.time_to_first_token", time.perf_counter() - started)
                         span.add_event("gen_ai.first_token")
-                    if isinstance(event, TextDelta) and self.capture_content:
-                        text.append(event.text)
+                    if isinstance(event, TextDelta):  # the common event first
+                        if self.capture_content:
+                            text.append(event.text)
                     elif isinstance(event, Usage):
-                        span.set_attribute("gen_ai.usage.input_tokens", event.input_tokens)
-                        span.set_attribute("gen_ai.usage.output_tokens", event.output_tokens)
+                        span.set_attributes({"gen_ai.usage.input_tokens": event.input_tokens,
+                                             "gen_ai.usage.output_tokens": event.output_tokens})  # fmt: skip
                     elif isinstance(event, Finish):
                         span.set_attribute("gen_ai.response.finish_reasons", [event.reason])
                     elif isinstance(event, Error):
@@ -168,9 +183,20 @@ class Tracing:
     async def orchestrate(self, events: AsyncIterator[Event], attributes: dict[str, Any]) -> AsyncIterator[Event]:
         span = self.tracer.start_span("invoke_agent responsekit", attributes={
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": SERVICE_NAME, **attributes})  # fmt: skip
+        current = self._trace.set_span_in_context(span)
         try:
-            async with aclosing(self._within(span, events)) as within:
-                async for event in within:
+            async with aclosing(events):  # type: ignore[type-var]
+                while True:
+                    # The span is made current around each step only, not across a `yield`: the
+                    # generator's consumer may resume it from another context. Each step may start
+                    # a child span (an engine call, a tool, a store write).
+                    token = self._context.attach(current)
+                    try:
+                        event = await anext(events, None)
+                    finally:
+                        self._context.detach(token)
+                    if event is None:
+                        return
                     if isinstance(event, Error):
                         span.set_attribute("error.type", event.code)
                         span.set_status(self._trace.StatusCode.ERROR, event.message)
@@ -183,20 +209,12 @@ class Tracing:
         finally:
             span.end()
 
-    async def _within(self, span: Any, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        """`events`, each made with `span` current: the context is attached around each step only,
-        since a generator's consumer may resume it from another context."""
-        current = self._trace.set_span_in_context(span)
-        async with aclosing(events):  # type: ignore[type-var]
-            while True:
-                token = self._context.attach(current)
-                try:
-                    event = await anext(events, None)
-                finally:
-                    self._context.detach(token)
-                if event is None:
-                    return
-                yield event
+    def sampled_out(self) -> bool:
+        """Whether the current trace was sampled out (`OTEL_TRACES_SAMPLER`): then a child span
+        records nothing under the SDK's samplers (parent-based, or by trace id), so none is made
+        and the events pass untouched; the engine still gets the unsampled `traceparent`."""
+        context = self._trace.get_current_span().get_span_context()
+        return context.is_valid and not context.trace_flags.sampled
 
     def engine_headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
@@ -240,21 +258,21 @@ def shutdown() -> None:
 
 def generate(backend: Backend, request: GenerationRequest, response_id: str | None = None) -> AsyncIterator[Event]:
     """`backend.generate(request)`, in a `chat {model}` span when traces are on."""
-    if active is None:
+    if active is None or active.sampled_out():
         return backend.generate(request)
     return active.generate(backend, request, response_id)
 
 
 def orchestrate(events: AsyncIterator[Event], attributes: dict[str, Any]) -> AsyncIterator[Event]:
     """A response's canonical events (generations and server-run tools) in one span when traces are on."""
-    if active is None:
+    if active is None or active.sampled_out():
         return events
     return active.orchestrate(events, attributes)
 
 
 def span(name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:
     """A span around a block (a store write, a tool call) when traces are on."""
-    if active is None:
+    if active is None or active.sampled_out():
         return NO_SPAN
     return active.span(name, attributes)
 
