@@ -8,17 +8,22 @@ while the page is open, and the login a server with API keys asks for.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import uvicorn
+from cryptography.fernet import Fernet
 
+from responsekit.api.ui.access import SESSION, SESSION_SECONDS
 from responsekit.app import create_app
+from responsekit.sealing import load_keys
 
 from .conftest import DATABASES
 from .harness import serve, text_exchange, wait_for
@@ -154,6 +159,16 @@ def test_with_keys_the_page_asks_for_one_and_shows_only_its_objects(upstream, se
         (cookie,) = page.context.cookies()
         assert cookie["httpOnly"] and "key-of-alice" not in cookie["value"]
         assert "key-of-alice" not in page.url
+        # A login lasts SESSION_SECONDS: the browser drops the cookie then, and the server
+        # refuses one sealed longer ago (a copied cookie does not work forever).
+        assert abs(cookie["expires"] - (time.time() + SESSION_SECONDS)) < 60
+        fernet = Fernet(load_keys(settings.data_dir)[0])
+        owner = json.dumps({"kind": SESSION, "text": hashlib.sha256(b"key-of-alice").hexdigest()})
+        stale = fernet.encrypt_at_time(owner.encode(), int(time.time()) - SESSION_SECONDS - 60).decode()
+        fresh = fernet.encrypt_at_time(owner.encode(), int(time.time()) - SESSION_SECONDS + 60).decode()
+        for sealed, status in ((stale, 303), (fresh, 200)):
+            answer = httpx.get(f"{url}/ui", cookies={"responsekit_ui": sealed}, follow_redirects=False)
+            assert answer.status_code == status
 
         answer = page.goto(f"{url}/ui/responses/{bob['id']}")
         assert answer.status == 404

@@ -35,10 +35,11 @@ class Sealer:
     def seal(self, kind: str, text: str) -> str:
         return self._fernet.encrypt(json.dumps({"kind": kind, "text": text}).encode()).decode()
 
-    def open(self, kind: str, blob: str) -> str | None:
-        """The text sealed as `kind`, or None (with a warning) when the blob does not authenticate."""
+    def open(self, kind: str, blob: str, max_age: int | None = None) -> str | None:
+        """The text sealed as `kind`, or None (with a warning) when the blob does not authenticate
+        or, given `max_age`, was sealed more than that many seconds ago."""
         try:
-            payload = json.loads(self._fernet.decrypt(blob.encode()))
+            payload = json.loads(self._fernet.decrypt(blob.encode(), ttl=max_age))
         except (InvalidToken, ValueError, TypeError):
             log.warning("ignoring a %s blob that does not authenticate (tampered, or from another server)", kind)
             return None

@@ -2,7 +2,7 @@
 
 With API keys configured, a browser logs in once with its key; the cookie it gets holds the
 key's hash sealed by the server (`Sealer`, so it cannot be forged or read, and the key itself
-is never kept), and the page shows only that key's objects. Without keys the API belongs to one
+is never kept; it lasts `SESSION_SECONDS`), and the page shows only that key's objects. Without keys the API belongs to one
 anonymous owner and the server listens on loopback by default; the inspector shows everything,
 so it answers loopback clients only, whatever `--host` says.
 """
@@ -18,6 +18,9 @@ from ...sealing import Sealer
 
 COOKIE = "responsekit_ui"
 SESSION = "ui-session"
+SESSION_SECONDS = 12 * 3600
+"""A login lasts a working day: the sealed cookie carries its time (Fernet's), and an older one
+opens to nothing, so a copied cookie does not work forever."""
 
 
 class Refused(Exception):
@@ -41,7 +44,7 @@ def viewer(request: Request) -> str | None:
             raise Refused
         return ""
     sealed = request.cookies.get(COOKIE)
-    owner = _sealer(request).open(SESSION, sealed) if sealed else None
+    owner = _sealer(request).open(SESSION, sealed, max_age=SESSION_SECONDS) if sealed else None
     return owner if owner in owners else None  # a key removed from the configuration ends its sessions
 
 

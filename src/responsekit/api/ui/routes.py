@@ -26,7 +26,7 @@ from ...sse import SSE_DONE
 from ...store import Store
 from ..streaming import event_stream
 from . import view
-from .access import COOKIE, Refused, session_for, viewer
+from .access import COOKIE, SESSION_SECONDS, Refused, session_for, viewer
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 static = StaticFiles(directory=Path(__file__).parent / "static")
@@ -132,7 +132,7 @@ async def login(request: Request) -> Response:
     if session is None:
         return page("login.html", 401, target=target, failed=True)
     answer = RedirectResponse(target, 303, headers=HEADERS)
-    answer.set_cookie(COOKIE, session, path="/ui", httponly=True, samesite="strict",
+    answer.set_cookie(COOKIE, session, max_age=SESSION_SECONDS, path="/ui", httponly=True, samesite="strict",
                       secure=request.url.scheme == "https")  # fmt: skip
     return answer
 
