@@ -1,10 +1,12 @@
 """`/ui`: the inspector's pages (issue 16), rendered on the server; one small script follows live runs.
 
 Pages read the store through owner-scoped queries (`Store.listing`, `Store.inspected`), the same
-scoping as the API; a live run's events come from the resume stream of background responses
-(`Runs.follow`, as `GET /v1/responses/{id}?stream=true` serves them), authorized by the page's
-session instead of a bearer header, which `EventSource` cannot send. Every page but the login
-goes through `viewing` (the `Viewer` dependency). Nothing here runs on the path of a generation.
+scoping as the API, and this process's foreground responses in flight (`Flights`), which are
+stored only at their end. A live run's events come from the resume stream of background responses
+(`Runs.follow`, as `GET /v1/responses/{id}?stream=true` serves them) or from a flight
+(`Flight.follow`), authorized by the page's session instead of a bearer header, which
+`EventSource` cannot send. Every page but the login goes through `viewing` (the `Viewer`
+dependency). Nothing here runs on the path of a generation but while a page follows it.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.staticfiles import StaticFiles
 
+from ...flights import Flights
 from ...record import Recorder
 from ...runs import Runs
 from ...sse import SSE_DONE
-from ...store import Store
+from ...store import Inspected, Store
 from ..streaming import event_stream
 from . import view as views
 from .access import COOKIE, Refused, session_for, viewer
@@ -100,6 +103,10 @@ class View:
     def store(self) -> Store:
         return self.request.app.state.store
 
+    @property
+    def flights(self) -> Flights:
+        return self.request.app.state.orchestrator.flights
+
     def page(self, name: str, **context: Any) -> HTMLResponse:
         """A page with the context every page has: whether keys are configured (a log out button)."""
         return page(name, keys=bool(self.request.app.state.owners), **context)
@@ -132,13 +139,29 @@ async def listing(view: Viewer) -> Response:
         if not (created.isdigit() and stored.isdigit() and last_id and int(created) < BIGINT and int(stored) < BIGINT):
             return page("message.html", 400, title="Bad page", message="This page's `before` cursor is malformed.")
         before = (int(created), int(stored), last_id)
+    # This process's foreground responses in flight (not stored yet) open the first page; read
+    # before the store, so that one stored meanwhile is listed once, stored (issue 16).
+    flights = [] if before is not None or kind == "conversation" else view.flights.of(view.owner)
     rows = await view.store.listing(view.owner, kind=kind, model=model, status=status, before=before, limit=PAGE_SIZE)
+    stored = {row["id"] for row in rows.data}
+    listed = [
+        _flight_row(f.response) for f in flights if f.response["id"] not in stored
+        and model in (None, f.response.get("model")) and status in (None, f.response["status"])
+    ] + rows.data  # fmt: skip
+    models = {*await view.store.models(view.owner), *view.flights.models(view.owner)}
     filters = {key: value for key, value in (("kind", kind), ("model", model), ("status", status)) if value}
     older = None
     if rows.has_more:
         older = "/ui?" + urlencode({**filters, "before": ".".join(map(str, rows.data[-1]["cursor"]))})
-    return view.page("list.html", rows=rows.data, models=await view.store.models(view.owner), filters=filters,
-                     older=older, paged=before is not None)  # fmt: skip
+    return view.page("list.html", rows=listed, models=sorted(models), filters=filters, older=older,
+                     paged=before is not None)  # fmt: skip
+
+
+def _flight_row(response: dict[str, Any]) -> dict[str, Any]:
+    """A response in flight as a row of the list (`Store.listing`'s shape): live, nothing timed yet."""
+    return {"kind": "response", "id": response["id"], "created_at": response["created_at"],
+            "status": response["status"], "model": response.get("model"), "background": False,
+            "body": response, "timeline": None, "in_flight": True}  # fmt: skip
 
 
 @router.get("/login")
@@ -173,7 +196,13 @@ async def logout(request: Request) -> Response:
 @router.get("/responses/{response_id}")
 async def response_page(view: Viewer, response_id: str) -> Response:
     store = view.store
-    inspected = await store.inspected(view.owner, response_id)
+    flight = view.flights.get(view.owner, response_id)  # before the store: it lands once stored
+    if flight is not None:
+        previous = flight.response.get("previous_response_id")
+        chain = await store.chain(view.owner, previous) if previous else []
+        inspected: Inspected | None = Inspected({**flight.response}, flight.inputs, chain, flight.request_id, None)
+    else:
+        inspected = await store.inspected(view.owner, response_id)
     if inspected is None:
         return not_found("response", response_id)
     response = inspected.response
@@ -186,19 +215,25 @@ async def response_page(view: Viewer, response_id: str) -> Response:
         recordings = await asyncio.to_thread(recorder.for_request, inspected.request_id)
     return view.page(
         "response.html", r=response, inspected=inspected, untimed=views.collapsed(stored_events),
-        recordings=recordings, recording=recorder is not None,
+        recordings=recordings, recording=recorder is not None, in_flight=flight is not None,
     )  # fmt: skip
 
 
 @router.get("/responses/{response_id}/events")
 async def live_events(request: Request, response_id: str, after: int = -1) -> Response:
-    """A background response's events after `after`, as they happen: the resume stream."""
+    """A live response's events after `after`, as they happen: a background run's resume stream,
+    or a foreground response's flight (the events so far as one snapshot, then each as it comes)."""
     try:
         owner = viewer(request)
     except Refused:
         return refused()
+    if owner is None:
+        return Response(status_code=404, headers=HEADERS)
     orchestrator = request.app.state.orchestrator
-    response = await orchestrator.store.get_response(owner, response_id) if owner is not None else None
+    flight = orchestrator.flights.get(owner, response_id)
+    if flight is not None:
+        return event_stream(_with_done(flight.follow()))
+    response = await orchestrator.store.get_response(owner, response_id)
     if response is None or not response.get("background"):
         return Response(status_code=404, headers=HEADERS)
     runs: Runs = orchestrator.runs
