@@ -57,10 +57,11 @@ def create(url: str, key: str | None = None, **body: object) -> httpx.Response:
     return answer
 
 
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 def test_the_list_shows_a_new_response_and_its_page_shows_what_happened(upstream, settings, tmp_path, page):
     settings.record_dir = tmp_path / "recorded"
     upstream.push(text_exchange("Paris is the capital of France.", reasoning="The user asks about France."),
-                  text_exchange("About 2.1 million people live in Paris."))  # fmt: skip
+                  text_exchange("About 2.1 million people live in Paris."), text_exchange("Marseille is in the south."))  # fmt: skip
     with serve(create_app(settings)) as url:
         first = create(url, input="What is the capital of France?").json()
         second_answer = create(url, input="How many people live there?", previous_response_id=first["id"])
@@ -101,8 +102,14 @@ def test_the_list_shows_a_new_response_and_its_page_shows_what_happened(upstream
         assert "The user asks about France." in page.locator("section.output .item.reasoning").inner_text()
         assert "Paris is the capital of France." in page.locator("section.output .item.message").inner_text()
 
+        # A conversation's page links each item a response wrote to that response.
+        answer = create(url, input="And Marseille?", conversation=conversation["id"]).json()
         page.goto(f"{url}/ui/conversations/{conversation['id']}")
-        assert "Where is Lyon?" in page.locator("section.items").inner_text()
+        items = page.locator("section.items").inner_text()
+        assert "Where is Lyon?" in items and "Marseille is in the south." in items
+        assert page.locator(".source").all_inner_texts() == [f"Input of {answer['id']}", f"Output of {answer['id']}"]
+        page.click(f".source a[href='/ui/responses/{answer['id']}'] >> nth=1")
+        page.wait_for_url(f"**/ui/responses/{answer['id']}")
 
         page.goto(f"{url}/ui?status=failed")
         assert page.locator("table.listing").count() == 0 and "matches these filters" in page.inner_text("main")

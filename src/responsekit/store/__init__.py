@@ -435,6 +435,18 @@ class Store:
         )  # fmt: skip
         return [row[0] for row in rows]
 
+    async def item_sources(self, owner: str, conversation_id: str) -> dict[str, tuple[str, bool]]:
+        """Which stored response of this conversation wrote each of its items: item id -> (response
+        id, whether the item is an output). Items added through the Conversations API have none."""
+        rows = await self.database.fetch(
+            "SELECT items.item_id, items.response_id, items.output FROM conversation_items held "
+            "JOIN response_items items ON items.item_id = held.item_id "
+            "JOIN responses r ON r.id = items.response_id "
+            "WHERE held.conversation_id = ? AND r.conversation_id = ? AND r.owner = ? ORDER BY r.stored_ms DESC",
+            conversation_id, conversation_id, owner,
+        )  # fmt: skip
+        return {row[0]: (row[1], bool(row[2])) for row in rows}  # the first writer last, so it wins
+
     # --- conversations -------------------------------------------------------------------
 
     async def create_conversation(

@@ -252,7 +252,8 @@ async def conversation_page(view: Viewer, conversation_id: str) -> Response:
     if conversation is None:
         return not_found("conversation", conversation_id)
     items = await view.store.conversation_items(conversation_id)
-    return view.page("conversation.html", c=conversation, items=items)
+    sources = await view.store.item_sources(view.owner, conversation_id)
+    return view.page("conversation.html", c=conversation, items=items, sources=sources)
 
 
 def _local(target: str) -> str:
