@@ -25,7 +25,7 @@ SNAPSHOT = "inspector.snapshot"
 class Flight:
     """One stored foreground response generating in this process."""
 
-    __slots__ = ("_watchers", "inputs", "landed", "owner", "request_id", "response", "saw", "timeline")
+    __slots__ = ("_watchers", "inputs", "landed", "owner", "request_id", "response", "saw", "stored", "timeline")
 
     def __init__(
         self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], request_id: str | None,
@@ -41,6 +41,7 @@ class Flight:
         """Called with each event: the timeline's, or `_seen` while pages follow."""
         self.landed = asyncio.Event()
         """Set once the response is stored, or ended without being stored (its client left)."""
+        self.stored = False
         self._watchers: set[asyncio.Queue[tuple[str, str] | None]] = set()
 
     def _seen(self, event: dict[str, Any]) -> None:
@@ -49,15 +50,16 @@ class Flight:
         for watcher in self._watchers:
             watcher.put_nowait(frame)
 
-    def land(self) -> None:
+    def land(self, stored: bool) -> None:
         if not self.landed.is_set():
+            self.stored = stored
             self.landed.set()
             for watcher in self._watchers:
                 watcher.put_nowait(None)
 
     async def follow(self) -> AsyncIterator[bytes]:
         """The timeline so far, then each event as it happens; the terminal one once the response
-        is stored (a page reloading on it finds it in the store)."""
+        is stored (a page reloading on it finds it in the store), and never if it is not."""
         if self.landed.is_set():
             return
         entries = [dict(entry) for entry in self.timeline.entries]  # a delta run's entry grows as it goes
@@ -71,6 +73,8 @@ class Flight:
                 kind, text = frame
                 if kind in TERMINAL:
                     await self.landed.wait()
+                    if not self.stored:
+                        return
                 yield sse_frame(kind, text)
         finally:
             self._watchers.discard(watcher)
@@ -89,10 +93,10 @@ class Flights:
         flight = self._flights[response["id"]] = Flight(owner, response, inputs, request_id, timeline)
         return flight
 
-    def land(self, flight: Flight) -> None:
+    def land(self, flight: Flight, stored: bool) -> None:
         """The response is stored (or will not be): the store answers for it from now on."""
         self._flights.pop(flight.response["id"], None)
-        flight.land()
+        flight.land(stored)
 
     def get(self, owner: str, response_id: str) -> Flight | None:
         flight = self._flights.get(response_id)

@@ -410,11 +410,11 @@ class Orchestrator:
                 if event["type"] in TERMINAL:
                     await self._persist(prepared)
                     if flight is not None:
-                        self.flights.land(flight)
+                        self.flights.land(flight, stored=True)
                 yield event
         finally:
             if flight is not None:
-                self.flights.land(flight)  # its client left, or it could not be stored: nothing will be
+                self.flights.land(flight, stored=False)  # its client left, or it could not be stored
 
     async def _persist(self, prepared: Prepared) -> None:
         conversation = prepared.request.conversation_id
