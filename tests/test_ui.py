@@ -2,18 +2,20 @@
 
 Every test runs the real server on loopback against the scripted engine and looks at the pages
 as a user would: the list, a response's page (input, output, timings, request id, chain, the
-recorded engine exchange), a conversation's page, a live background run whose events arrive
-while the page is open, and the login a server with API keys asks for.
+recorded engine exchange), a conversation's page, a live background run and a foreground stream
+in flight whose events arrive while the page is open, and the login a server with API keys asks for.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -60,10 +62,11 @@ def create(url: str, key: str | None = None, **body: object) -> httpx.Response:
     return answer
 
 
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 def test_the_list_shows_a_new_response_and_its_page_shows_what_happened(upstream, settings, tmp_path, page):
     settings.record_dir = tmp_path / "recorded"
     upstream.push(text_exchange("Paris is the capital of France.", reasoning="The user asks about France."),
-                  text_exchange("About 2.1 million people live in Paris."))  # fmt: skip
+                  text_exchange("About 2.1 million people live in Paris."), text_exchange("Marseille is in the south."))  # fmt: skip
     with serve(create_app(settings)) as url:
         first = create(url, input="What is the capital of France?").json()
         second_answer = create(url, input="How many people live there?", previous_response_id=first["id"])
@@ -104,8 +107,14 @@ def test_the_list_shows_a_new_response_and_its_page_shows_what_happened(upstream
         assert "The user asks about France." in page.locator("section.output .item.reasoning").inner_text()
         assert "Paris is the capital of France." in page.locator("section.output .item.message").inner_text()
 
+        # A conversation's page links each item a response wrote to that response.
+        answer = create(url, input="And Marseille?", conversation=conversation["id"]).json()
         page.goto(f"{url}/ui/conversations/{conversation['id']}")
-        assert "Where is Lyon?" in page.locator("section.items").inner_text()
+        items = page.locator("section.items").inner_text()
+        assert "Where is Lyon?" in items and "Marseille is in the south." in items
+        assert page.locator(".source").all_inner_texts() == [f"Input of {answer['id']}", f"Output of {answer['id']}"]
+        page.click(f".source a[href='/ui/responses/{answer['id']}'] >> nth=1")
+        page.wait_for_url(f"**/ui/responses/{answer['id']}")
 
         page.goto(f"{url}/ui?status=failed")
         assert page.locator("table.listing").count() == 0 and "matches these filters" in page.inner_text("main")
@@ -136,6 +145,93 @@ def test_a_live_run_shows_its_events_as_they_arrive(upstream, settings, page):
         page.wait_for_selector("section.events table")
         assert "first half, then the second half." in page.locator("section.output").inner_text()
         assert "completed" in page.locator("h1").inner_text()
+
+
+@contextmanager
+def held_stream(url: str, key: str | None = None, **body: object) -> Iterator[tuple[Iterator[str], str]]:
+    """A streamed foreground response read up to its first text: its lines to come, and its id."""
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    body = {"model": "test-model", "stream": True, **body}
+    with httpx.stream("POST", f"{url}/v1/responses", headers=headers, json=body, timeout=30) as answer:
+        lines = answer.iter_lines()
+        response_id = None
+        for line in lines:
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                response_id = response_id or event["response"]["id"]
+                if event["type"] == "response.output_text.delta":
+                    break
+        assert response_id is not None
+        yield lines, response_id
+
+
+def test_a_foreground_stream_in_flight_is_listed_live_and_its_page_follows_it(upstream, settings, page):
+    """A streamed response is stored only at its end; while it runs, the inspector lists it from
+    the process's flights, and its page shows its events so far, then each as it comes."""
+    # Waits by locator: a predicate given as a string is evaluated, which the page's CSP refuses.
+    from playwright.sync_api import expect
+
+    before_second, before_end = threading.Event(), threading.Event()
+    script = text_exchange("first half, then the second half.", pieces=4)
+    script["chunks"].insert(4, {"gate": before_second})  # after "first half, "
+    script["chunks"].insert(7, {"gate": before_end})  # after "then the"
+    upstream.push(script)
+    with serve(create_app(settings)) as url, held_stream(url, input="Say it in two halves.") as (lines, response_id):
+        try:
+            # The API does not know it before it is stored, as before.
+            assert httpx.get(f"{url}/v1/responses/{response_id}").status_code == 404
+            page.goto(f"{url}/ui")
+            row = page.locator(f"tr:has(a[href='/ui/responses/{response_id}'])").inner_text()
+            assert "live" in row and "in_progress" in row
+            page.goto(f"{url}/ui?status=completed")
+            assert page.locator(f"a[href='/ui/responses/{response_id}']").count() == 0
+
+            page.goto(f"{url}/ui/responses/{response_id}")
+            assert "Say it in two halves." in page.locator("section.input").inner_text()
+            # The events so far, from the flight's timeline: up to the deltas of "first half, ".
+            expect(page.locator("#live table")).to_contain_text("×3 on item 0")
+            assert "response.created" in page.locator("#live table").inner_text()
+            before_second.set()
+            expect(page.locator("#live .live-text")).to_have_text("then the")
+            assert "×5 on item 0" in page.locator("#live table").inner_text()  # the same run of deltas, grown
+        finally:
+            before_second.set()
+            before_end.set()
+        assert any("response.completed" in line for line in lines)
+        # It ends: the page reloads onto the stored response, and the list shows it completed.
+        page.wait_for_selector("section.events table")
+        assert "first half, then the second half." in page.locator("section.output").inner_text()
+        assert "completed" in page.locator("h1").inner_text()
+        page.goto(f"{url}/ui")
+        row = page.locator(f"tr:has(a[href='/ui/responses/{response_id}'])").inner_text()
+        assert "completed" in row and "live" not in row
+
+
+def test_a_flight_is_shown_to_its_owner_only(upstream, settings):
+    """With keys, a foreground response in flight, here not streamed, is scoped like a stored one."""
+    settings.api_keys = ["key-of-alice", "key-of-bob"]
+    gate = threading.Event()
+    script = text_exchange("Alice's answer, slowly.", pieces=4)
+    script["chunks"].insert(3, {"gate": gate})
+    upstream.push(script)
+    answered: dict[str, dict[str, object]] = {}
+    with serve(create_app(settings)) as url, httpx.Client(base_url=url) as alice, httpx.Client(base_url=url) as bob:
+        request = threading.Thread(target=lambda: answered.update(alice=create(url, "key-of-alice", input="Alice asks").json()))
+        request.start()
+        try:
+            for client, key in ((alice, "key-of-alice"), (bob, "key-of-bob")):
+                assert client.post("/ui/login", data={"key": key, "next": "/ui"}).status_code == 303
+            live = wait_for(lambda: re.search(r'<tr class="response live">\s*<td[^>]*>[^<]*</td>\s*<td class="object">'
+                                              r'<a href="/ui/responses/(resp_\w+)"', alice.get("/ui").text))  # fmt: skip
+            response_id = live.group(1)
+            assert alice.get(f"/ui/responses/{response_id}").status_code == 200
+            assert response_id not in bob.get("/ui").text
+            assert bob.get(f"/ui/responses/{response_id}").status_code == 404
+            assert bob.get(f"/ui/responses/{response_id}/events").status_code == 404
+        finally:
+            gate.set()
+            request.join(30)
+        assert answered["alice"]["id"] == response_id
 
 
 def test_with_keys_the_page_asks_for_one_and_shows_only_its_objects(upstream, settings, page):

@@ -107,6 +107,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(metrics_api.router)
     app.include_router(ui.router)  # the inspector (issue 16), last: no generation route tries it first
     app.mount("/ui/static", ui.static)
+    app.add_exception_handler(ui.Shown, ui.shown)  # the inspector's page instead of the one asked for
     install_error_handlers(app)
     return app
 

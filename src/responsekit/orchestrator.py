@@ -36,6 +36,7 @@ from .events import (
     Usage,
 )
 from .files.service import VectorStores
+from .flights import Flights
 from .history import translate_items
 from .ids import new_id
 from .items import normalize_items
@@ -146,6 +147,7 @@ class Orchestrator:
         self.urls = urls
         self.vector_stores = vector_stores
         self.summarizer_model = summarizer_model
+        self.flights = Flights()
 
     async def prepare(self, request: ResponseRequest, owner: str, cache: History | None = None) -> Prepared:
         timeline = Timeline() if request.store else None  # background runs are stored (a 400 otherwise)
@@ -396,13 +398,23 @@ class Orchestrator:
         """The response's events; it is persisted before its terminal event goes out."""
         if observation is not None:
             observation.serving(prepared.generation.model, prepared.upstream.name)
-        timeline = prepared.timeline
-        async for event in rendered(prepared.renderer, self.canonical(prepared), observation):
-            if timeline is not None:
-                timeline.saw(event)
-            if event["type"] in TERMINAL:
-                await self._persist(prepared)
-            yield event
+        flight = None
+        if prepared.timeline is not None:  # stored: the inspector lists it while it runs (issue 16)
+            flight = self.flights.take_off(
+                prepared.owner, prepared.response, prepared.inputs, request_id(), prepared.timeline
+            )
+        try:
+            async for event in rendered(prepared.renderer, self.canonical(prepared), observation):
+                if flight is not None:
+                    flight.saw(event)
+                if event["type"] in TERMINAL:
+                    await self._persist(prepared)
+                    if flight is not None:
+                        self.flights.land(flight, stored=True)
+                yield event
+        finally:
+            if flight is not None:
+                self.flights.land(flight, stored=False)  # its client left, or it could not be stored
 
     async def _persist(self, prepared: Prepared) -> None:
         conversation = prepared.request.conversation_id

@@ -61,6 +61,10 @@ class Timeline:
         if kind in TERMINAL:
             self.duration = at
 
+    def elapsed(self) -> float:
+        """Seconds since the request arrived (the inspector's live page counts from there too)."""
+        return time.perf_counter() - self._start
+
     def record(self) -> dict[str, Any]:
         """What is stored: the entries, when the response started, its time to first token and duration
         (in seconds, to the tenth of a millisecond)."""

@@ -61,8 +61,8 @@ class Inspected:
     """The ids of the responses it continues (`previous_response_id`, followed), oldest first."""
     request_id: str | None
     timeline: dict[str, Any] | None
-    """`Timeline.record()`: None for a response stored before timelines were, or a background
-    run still running."""
+    """`Timeline.record()`: None for a response stored before timelines were, a background run
+    still running, or a foreground response in flight (`Flights`: not stored yet)."""
 
 
 class DuplicateItem(ValueError):
@@ -415,7 +415,14 @@ class Store:
         inputs = await self.database.fetch(
             "SELECT body FROM response_items WHERE response_id = ? AND NOT output ORDER BY position", response_id
         )
-        chain = await self.database.fetch(
+        return Inspected(
+            json.loads(row[0]), [json.loads(item[0]) for item in inputs], (await self.chain(owner, response_id))[:-1],
+            row[1], json.loads(row[2]) if row[2] else None,
+        )
+
+    async def chain(self, owner: str, response_id: str) -> list[str]:
+        """The ids of this stored response and of those it continues, oldest first (empty: not stored)."""
+        rows = await self.database.fetch(
             """WITH RECURSIVE chain (id, previous_response_id, depth) AS (
                    SELECT id, previous_response_id, 0 FROM responses WHERE id = ? AND owner = ?
                    UNION ALL
@@ -423,13 +430,22 @@ class Store:
                    FROM responses r JOIN chain ON r.id = chain.previous_response_id
                    WHERE r.owner = ?
                )
-               SELECT id FROM chain WHERE depth > 0 ORDER BY depth DESC""",
+               SELECT id FROM chain ORDER BY depth DESC""",
             response_id, owner, owner,
         )  # fmt: skip
-        return Inspected(
-            json.loads(row[0]), [json.loads(item[0]) for item in inputs], [link[0] for link in chain], row[1],
-            json.loads(row[2]) if row[2] else None,
-        )
+        return [row[0] for row in rows]
+
+    async def item_sources(self, owner: str, conversation_id: str) -> dict[str, tuple[str, bool]]:
+        """Which stored response of this conversation wrote each of its items: item id -> (response
+        id, whether the item is an output). Items added through the Conversations API have none."""
+        rows = await self.database.fetch(
+            "SELECT items.item_id, items.response_id, items.output FROM conversation_items held "
+            "JOIN response_items items ON items.item_id = held.item_id "
+            "JOIN responses r ON r.id = items.response_id "
+            "WHERE held.conversation_id = ? AND r.conversation_id = ? AND r.owner = ? ORDER BY r.stored_ms DESC",
+            conversation_id, conversation_id, owner,
+        )  # fmt: skip
+        return {row[0]: (row[1], bool(row[2])) for row in rows}  # the first writer last, so it wins
 
     # --- conversations -------------------------------------------------------------------
 

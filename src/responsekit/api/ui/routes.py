@@ -1,31 +1,36 @@
 """`/ui`: the inspector's pages (issue 16), rendered on the server; one small script follows live runs.
 
 Pages read the store through owner-scoped queries (`Store.listing`, `Store.inspected`), the same
-scoping as the API; a live run's events come from the resume stream of background responses
-(`Runs.follow`, as `GET /v1/responses/{id}?stream=true` serves them), authorized by the page's
-session instead of a bearer header, which `EventSource` cannot send. Nothing here runs on the
-path of a generation.
+scoping as the API, and this process's foreground responses in flight (`Flights`), which are
+stored only at their end. A live run's events come from the resume stream of background responses
+(`Runs.follow`, as `GET /v1/responses/{id}?stream=true` serves them) or from a flight
+(`Flight.follow`), authorized by the page's session instead of a bearer header, which
+`EventSource` cannot send. Every page but the login goes through `viewing` (the `Viewer`
+dependency). Nothing here runs on the path of a generation but while a page follows it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.staticfiles import StaticFiles
 
+from ...flights import Flights
 from ...record import Recorder
 from ...runs import Runs
 from ...sse import SSE_DONE
-from ...store import Store
+from ...store import Inspected, Store
 from ..streaming import event_stream
-from . import view
+from . import view as views
 from .access import COOKIE, SESSION_SECONDS, Refused, session_for, viewer
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -50,8 +55,8 @@ templates = Environment(
     trim_blocks=True, lstrip_blocks=True,
 )  # fmt: skip
 templates.globals.update(
-    live=view.live, text_of=view.text_of, preview=view.preview, when=view.when, duration=view.duration,
-    pretty=view.pretty, compact=view.compact, statuses=view.STATUSES,
+    live=views.live, text_of=views.text_of, preview=views.preview, when=views.when, duration=views.duration,
+    pretty=views.pretty, compact=views.compact, statuses=views.STATUSES,
 )  # fmt: skip
 
 
@@ -74,28 +79,59 @@ def not_found(kind: str, object_id: str) -> HTMLResponse:
     return page("message.html", 404, title="Not found", message=f"No {kind} {object_id} is stored for you.")
 
 
-def _viewer(request: Request) -> str | Response:
-    """The owner whose objects the page shows, or the page to show instead (refused, log in)."""
+class Shown(Exception):
+    """A page shown instead of the one asked for: access refused, or log in first (`viewing`)."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+async def shown(request: Request, exc: Exception) -> Response:
+    """The handler `app.py` installs for `Shown`."""
+    assert isinstance(exc, Shown)
+    return exc.response
+
+
+@dataclass(slots=True)
+class View:
+    """A page being made for the owner whose objects it shows."""
+
+    request: Request
+    owner: str
+
+    @property
+    def store(self) -> Store:
+        return self.request.app.state.store
+
+    @property
+    def flights(self) -> Flights:
+        return self.request.app.state.orchestrator.flights
+
+    def page(self, name: str, **context: Any) -> HTMLResponse:
+        """A page with the context every page has: whether keys are configured (a log out button)."""
+        return page(name, keys=bool(self.request.app.state.owners), **context)
+
+
+def viewing(request: Request) -> View:
+    """Every page's access check: the owner whose objects it shows, else the page to show instead."""
     try:
         owner = viewer(request)
     except Refused:
-        return refused()
-    return to_login(request) if owner is None else owner
+        raise Shown(refused()) from None
+    if owner is None:
+        raise Shown(to_login(request))
+    return View(request, owner)
 
 
-def _store(request: Request) -> Store:
-    return request.app.state.store
+Viewer = Annotated[View, Depends(viewing)]
 
 
 @router.get("")
-async def listing(request: Request) -> Response:
-    owner = _viewer(request)
-    if isinstance(owner, Response):
-        return owner
-    query = request.query_params
+async def listing(view: Viewer) -> Response:
+    query = view.request.query_params
     kind = query.get("kind") if query.get("kind") in ("response", "conversation") else None
     model = query.get("model") or None
-    status = query.get("status") if query.get("status") in view.STATUSES else None
+    status = query.get("status") if query.get("status") in views.STATUSES else None
     before = None
     if cursor := query.get("before"):
         created, _, rest = cursor.partition(".")
@@ -103,16 +139,29 @@ async def listing(request: Request) -> Response:
         if not (created.isdigit() and stored.isdigit() and last_id and int(created) < BIGINT and int(stored) < BIGINT):
             return page("message.html", 400, title="Bad page", message="This page's `before` cursor is malformed.")
         before = (int(created), int(stored), last_id)
-    store = _store(request)
-    rows = await store.listing(owner, kind=kind, model=model, status=status, before=before, limit=PAGE_SIZE)
+    # This process's foreground responses in flight (not stored yet) open the first page; read
+    # before the store, so that one stored meanwhile is listed once, stored (issue 16).
+    flights = [] if before is not None or kind == "conversation" else view.flights.of(view.owner)
+    rows = await view.store.listing(view.owner, kind=kind, model=model, status=status, before=before, limit=PAGE_SIZE)
+    stored = {row["id"] for row in rows.data}
+    listed = [
+        _flight_row(f.response) for f in flights if f.response["id"] not in stored
+        and model in (None, f.response.get("model")) and status in (None, f.response["status"])
+    ] + rows.data  # fmt: skip
+    models = {*await view.store.models(view.owner), *view.flights.models(view.owner)}
     filters = {key: value for key, value in (("kind", kind), ("model", model), ("status", status)) if value}
     older = None
     if rows.has_more:
         older = "/ui?" + urlencode({**filters, "before": ".".join(map(str, rows.data[-1]["cursor"]))})
-    return page(
-        "list.html", rows=rows.data, models=await store.models(owner), filters=filters, older=older,
-        paged=before is not None, keys=bool(request.app.state.owners),
-    )  # fmt: skip
+    return view.page("list.html", rows=listed, models=sorted(models), filters=filters, older=older,
+                     paged=before is not None)  # fmt: skip
+
+
+def _flight_row(response: dict[str, Any]) -> dict[str, Any]:
+    """A response in flight as a row of the list (`Store.listing`'s shape): live, nothing timed yet."""
+    return {"kind": "response", "id": response["id"], "created_at": response["created_at"],
+            "status": response["status"], "model": response.get("model"), "background": False,
+            "body": response, "timeline": None, "in_flight": True}  # fmt: skip
 
 
 @router.get("/login")
@@ -145,59 +194,66 @@ async def logout(request: Request) -> Response:
 
 
 @router.get("/responses/{response_id}")
-async def response_page(request: Request, response_id: str) -> Response:
-    owner = _viewer(request)
-    if isinstance(owner, Response):
-        return owner
-    store = _store(request)
-    inspected = await store.inspected(owner, response_id)
+async def response_page(view: Viewer, response_id: str) -> Response:
+    store = view.store
+    flight = view.flights.get(view.owner, response_id)  # before the store: it lands once stored
+    if flight is not None:
+        previous = flight.response.get("previous_response_id")
+        chain = await store.chain(view.owner, previous) if previous else []
+        inspected: Inspected | None = Inspected({**flight.response}, flight.inputs, chain, flight.request_id, None)
+    else:
+        inspected = await store.inspected(view.owner, response_id)
     if inspected is None:
         return not_found("response", response_id)
     response = inspected.response
     stored_events: list[dict[str, Any]] = []
-    if response.get("background") and inspected.timeline is None and not view.live(response):
+    if response.get("background") and inspected.timeline is None and not views.live(response):
         stored_events = [json.loads(text) for _, text in await store.events_after(response_id, -1)]
-    recorder: Recorder | None = request.app.state.recorder
+    recorder: Recorder | None = view.request.app.state.recorder
     recordings = None
     if recorder and inspected.request_id:  # a directory listing and file reads: off the event loop
         recordings = await asyncio.to_thread(recorder.for_request, inspected.request_id)
-    return page(
-        "response.html", r=response, inspected=inspected, untimed=view.collapsed(stored_events),
-        recordings=recordings, recording=recorder is not None, keys=bool(request.app.state.owners),
+    return view.page(
+        "response.html", r=response, inspected=inspected, untimed=views.collapsed(stored_events),
+        recordings=recordings, recording=recorder is not None, in_flight=flight is not None,
     )  # fmt: skip
 
 
 @router.get("/responses/{response_id}/events")
 async def live_events(request: Request, response_id: str, after: int = -1) -> Response:
-    """A background response's events after `after`, as they happen: the resume stream."""
+    """A live response's events after `after`, as they happen: a background run's resume stream,
+    or a foreground response's flight (the events so far as one snapshot, then each as it comes)."""
     try:
         owner = viewer(request)
     except Refused:
         return refused()
-    response = await _store(request).get_response(owner, response_id) if owner is not None else None
+    if owner is None:
+        return Response(status_code=404, headers=HEADERS)
+    orchestrator = request.app.state.orchestrator
+    flight = orchestrator.flights.get(owner, response_id)
+    if flight is not None:
+        return event_stream(_with_done(flight.follow()))
+    response = await orchestrator.store.get_response(owner, response_id)
     if response is None or not response.get("background"):
         return Response(status_code=404, headers=HEADERS)
-    runs: Runs = request.app.state.orchestrator.runs
+    runs: Runs = orchestrator.runs
+    return event_stream(_with_done(runs.follow(response_id, min(max(after, -1), SEQUENCE_MAX))))
 
-    async def frames() -> Any:
-        async for frame in runs.follow(response_id, min(max(after, -1), SEQUENCE_MAX)):
-            yield frame
-        yield SSE_DONE
 
-    return event_stream(frames())
+async def _with_done(frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async for frame in frames:
+        yield frame
+    yield SSE_DONE
 
 
 @router.get("/conversations/{conversation_id}")
-async def conversation_page(request: Request, conversation_id: str) -> Response:
-    owner = _viewer(request)
-    if isinstance(owner, Response):
-        return owner
-    store = _store(request)
-    conversation = await store.get_conversation(owner, conversation_id)
+async def conversation_page(view: Viewer, conversation_id: str) -> Response:
+    conversation = await view.store.get_conversation(view.owner, conversation_id)
     if conversation is None:
         return not_found("conversation", conversation_id)
-    items = await store.conversation_items(conversation_id)
-    return page("conversation.html", c=conversation, items=items, keys=bool(request.app.state.owners))
+    items = await view.store.conversation_items(conversation_id)
+    sources = await view.store.item_sources(view.owner, conversation_id)
+    return view.page("conversation.html", c=conversation, items=items, sources=sources)
 
 
 def _local(target: str) -> str:

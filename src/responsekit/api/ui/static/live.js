@@ -1,13 +1,16 @@
-// A live background run's events, from the run's resume stream (issue 16): each event is a row
-// (a run of deltas on one item is one row with its count), text deltas are shown as they join;
-// the page reloads once the run ends, to show the stored response.
+// A live response's events (issue 16), from a background run's resume stream or a foreground
+// response's flight: each event is a row (a run of deltas on one item is one row with its count),
+// text deltas are shown as they join; the page reloads once the run ends, to show the stored
+// response. A flight's stream opens with a snapshot of its timeline so far (it keeps no events),
+// whose times count from the request's arrival: the rows after it count from there too.
 (function () {
   const section = document.getElementById("live");
   if (!section) return;
   const state = section.querySelector(".live-state");
   const text = section.querySelector(".live-text");
   const rows = section.querySelector("tbody");
-  const opened = performance.now();
+  let opened = performance.now();
+  let since = 0;
   const terminal = new Set(["response.completed", "response.incomplete", "response.failed"]);
   let last = null;
 
@@ -22,8 +25,32 @@
     return tr;
   }
 
+  function detailOf(event) {
+    let detail = "";
+    if (event.item) detail = event.item.type + " " + (event.item.id || "");
+    if (event.response) detail += " " + event.response.status;
+    if (event.status) detail += " " + event.status;
+    return detail.trim();
+  }
+
+  function snapshot(event) {
+    since = event.at;
+    opened = performance.now();
+    for (const entry of event.entries) {
+      if (entry.count) {
+        const tr = row(["", entry.t.toFixed(3), entry.type, "×" + entry.count + " on item " + entry.output_index]);
+        tr.className = "delta";
+        last = { type: entry.type, index: entry.output_index, count: entry.count, tr: tr };
+      } else {
+        row([entry.sequence_number, entry.t.toFixed(3), entry.type, detailOf(entry)]);
+        last = null;
+      }
+    }
+  }
+
   function show(event) {
-    const at = ((performance.now() - opened) / 1000).toFixed(3);
+    if (event.type === "inspector.snapshot") return snapshot(event);
+    const at = (since + (performance.now() - opened) / 1000).toFixed(3);
     if (event.type.endsWith(".delta")) {
       if (event.type === "response.output_text.delta") text.textContent += event.delta;
       if (last && last.type === event.type && last.index === event.output_index) {
@@ -37,10 +64,7 @@
       return;
     }
     last = null;
-    let detail = "";
-    if (event.item) detail = event.item.type + " " + (event.item.id || "");
-    if (event.response) detail += " " + event.response.status;
-    row([event.sequence_number, at, event.type, detail.trim()]);
+    row([event.sequence_number, at, event.type, detailOf(event)]);
   }
 
   function ended(status) {
