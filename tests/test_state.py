@@ -387,3 +387,39 @@ def test_migration_4_fills_in_the_model_and_order_of_earlier_responses(database_
             await store.close()
 
     asyncio.run(main())
+
+
+def test_migration_5_keeps_the_leases_of_running_responses(database_url, monkeypatch):
+    """Leases stored in whole seconds (schema 4) are carried over in milliseconds: a run whose
+    lease still holds is not failed, one whose lease lapsed is."""
+    import asyncio
+    import time
+
+    from responsekit.store import Store, migrations
+
+    every = migrations.MIGRATIONS
+
+    async def main() -> None:
+        monkeypatch.setattr(migrations, "MIGRATIONS", every[:4])
+        store = await Store.open(database_url)
+        now = int(time.time())
+        for response_id, lease_until in (("resp_live", now + 60), ("resp_dead", now - 1)):
+            body = {"id": response_id, "object": "response", "created_at": now, "status": "in_progress",
+                    "model": "m", "background": True, "output": []}  # fmt: skip
+            await store.database.execute(
+                "INSERT INTO responses (id, owner, created_at, status, background, body, lease_until) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                response_id, "alice", now, "in_progress", True, json.dumps(body), lease_until,
+            )  # fmt: skip
+        await store.close()
+        monkeypatch.setattr(migrations, "MIGRATIONS", every)
+        store = await Store.open(database_url)
+        try:
+            expired = await store.expired_runs(int(time.time() * 1000))
+            assert [response["id"] for response in expired] == ["resp_dead"]
+            await store.renew_leases(["resp_dead"], int(time.time() * 1000) + 60_000)
+            assert await store.expired_runs(int(time.time() * 1000)) == []
+        finally:
+            await store.close()
+
+    asyncio.run(main())

@@ -7,6 +7,7 @@ import json
 import signal
 import sqlite3
 import threading
+import time
 
 import asyncpg
 import httpx
@@ -239,6 +240,36 @@ def test_a_replica_stalled_past_its_lease_gives_its_run_up(upstream, database_ur
         wait_for(lambda: upstream.cancelled == 1, timeout=10)  # it stopped generating
         stored = httpx.get(f"{url_a}/v1/responses/{response_id}").json()
         assert stored["status"] == "failed" and stored["error"]["code"] == "server_error"
+    finally:
+        first.send_signal(signal.SIGCONT)
+        for process in (first, second):
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("database_url", [d for d in DATABASES if d == "postgres"], indirect=True)
+def test_a_replica_stalled_for_most_of_half_its_lease_keeps_its_run(upstream, database_url):
+    """A live replica that stalls (a long pause, an overloaded machine: SIGSTOP here) keeps its
+    background run: leases are renewed every sixth of a lease for two thirds of one, so a
+    renewal may come half a lease late (issue 17) before another replica, sweeping every sixth
+    of a lease, fails the run. Stalls of 0.4 of a lease leave the woken replica 0.3 s to renew."""
+    upstream.time_scale = 1.0
+    upstream.push(slow_exchange(150, 0.04))
+    first, url_a = replica(upstream, database_url, RESPONSEKIT_LEASE_SECONDS="3")
+    second, url_b = replica(upstream, database_url, RESPONSEKIT_LEASE_SECONDS="3")
+    try:
+        response_id = httpx.post(f"{url_a}/v1/responses",
+                                 json={"model": "test-model", "input": "x", "background": True}).json()["id"]  # fmt: skip
+        wait_for(lambda: httpx.get(f"{url_b}/v1/responses/{response_id}").json()["status"] == "in_progress")
+        for _ in range(3):
+            first.send_signal(signal.SIGSTOP)
+            time.sleep(1.2)
+            first.send_signal(signal.SIGCONT)
+            time.sleep(0.6)  # it renews at once, then every half second
+        done = wait_for(lambda: (r := httpx.get(f"{url_b}/v1/responses/{response_id}").json())["status"]
+                        not in ("queued", "in_progress") and r, timeout=15)  # fmt: skip
+        assert done["status"] == "completed", output(second)
+        assert done["output_text"] == "x" * 150 and upstream.cancelled == 0
     finally:
         first.send_signal(signal.SIGCONT)
         for process in (first, second):

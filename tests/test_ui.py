@@ -354,7 +354,7 @@ def test_a_run_that_lost_its_timeline_shows_its_stored_events(server, database_u
     async def lose() -> None:
         store = await Store.open(database_url)
         try:
-            await store.start_response("", response, [], lease_until=0)
+            await store.start_response("", response, [], lease_until_ms=0)
             await store.append_events("resp_lost", [(e["sequence_number"], json.dumps(e)) for e in events[:-1]])
             await store.finish_response({**response, "status": "failed"}, [(4, json.dumps(events[-1]))])
         finally:

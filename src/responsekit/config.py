@@ -229,7 +229,9 @@ class Settings(BaseSettings):
     max_input_items: int = 100_000
     """Requests with more input items are refused with 400."""
     lease_seconds: float = 15.0
-    """A background response whose process stops renewing it this long is marked failed."""
+    """A background response whose process dies is marked failed within this long by another replica
+    (or by the restarted process as it starts); a process stalled for less than half of it keeps its runs
+    (`runs.py`)."""
     upstreams: Annotated[list[UpstreamConfig], NoDecode] = Field(default_factory=list)
     models: Annotated[list[LocalModel], NoDecode] = Field(default_factory=list)
     """GGUF models run in-process (`--model`, `--hf-repo`/`--hf-file`, or `[[models]]` tables)."""

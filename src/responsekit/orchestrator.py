@@ -430,7 +430,7 @@ class Orchestrator:
 
     async def start_background(self, prepared: Prepared, observation: Observation | None = None) -> Run:
         await self.store.start_response(
-            prepared.owner, prepared.response, prepared.inputs, self.runs.lease_until(), request_id=request_id()
+            prepared.owner, prepared.response, prepared.inputs, self.runs.lease_until_ms(), request_id=request_id()
         )
         if observation is not None:
             observation.serving(prepared.generation.model, prepared.upstream.name)

@@ -4,7 +4,8 @@ A run lives in the process that started it; clients (of this process or of anoth
 replica sharing the database) follow it through its events. Each run writes its new events
 as soon as it has some, at most once per FLUSH_INTERVAL (events arriving meanwhile go in
 the next batch). A maintenance loop renews each run's lease, carries out cancellations asked
-for on other replicas, and fails runs whose process died (their lease ran out).
+for on other replicas; another fails runs whose process died (their lease ran out), within
+`lease_seconds` of its death (issue 17): see `RENEW_EVERY`.
 
 A follower on another replica reads the stored events, woken by the store's notification
 that they grew (PostgreSQL `LISTEN/NOTIFY`), with a slow poll in case one is missed (issue 17).
@@ -37,6 +38,21 @@ POLL_INTERVAL = 0.1
 SAFETY_POLL_INTERVAL = 2.0
 """How often it reads the store anyway when the store notifies (a notification may be lost)."""
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+# What a lease of `lease_seconds` promises (issue 17): a run whose process dies is marked failed
+# within a lease of the death, and a live process keeps its runs through stalls of half a lease.
+# A process that dies just after renewing leaves its lease LEASE_AHEAD to run; the first sweep
+# after that, at most SWEEP_EVERY later, fails the run: 5/6 of a lease after the death, the last
+# sixth left for that sweep's own reads and writes and a late timer. A live process renews every
+# RENEW_EVERY, so a renewal may come half a lease late (a slow database, a busy loop, a pause)
+# before the lease it renews runs out. Leases are stored in milliseconds, by the wall clock:
+# replicas on several machines must keep their clocks in step (NTP), their skew adds to both.
+RENEW_EVERY = 1 / 6
+"""How often (a fraction of the lease) a process renews its runs' leases and looks for cancellations."""
+LEASE_AHEAD = 2 / 3
+"""How far (a fraction of the lease) past a renewal the renewed lease runs."""
+SWEEP_EVERY = 1 / 6
+"""How often (a fraction of the lease) each process looks for runs whose lease ran out."""
 
 
 class ResponseRendering(Renderer, Protocol):
@@ -112,12 +128,16 @@ class Runs:
         self.lease_seconds = lease_seconds
         self.resumed = resumed
         self._runs: dict[str, Run] = {}
-        self._maintenance: asyncio.Task[None] | None = None
+        self._maintenance: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         await self._expire_dead_runs()
         await self.store.on_cancel(self._cancel_asked)
-        self._maintenance = asyncio.create_task(self._maintain())
+        # Two loops, so that failing many dead runs never delays the renewal of live ones.
+        self._maintenance = [
+            asyncio.create_task(_every(self.lease_seconds * RENEW_EVERY, self._renew, "renewing leases")),
+            asyncio.create_task(_every(self.lease_seconds * SWEEP_EVERY, self._expire_dead_runs, "failing dead runs")),
+        ]
 
     def _cancel_asked(self, response_id: str | None) -> None:
         """A client asked another replica to cancel a run; if it runs here, it stops now."""
@@ -136,11 +156,12 @@ class Runs:
                     run.task.cancel()
             if late:
                 await asyncio.wait(late)
-        if self._maintenance:
-            self._maintenance.cancel()
+        for task in self._maintenance:
+            task.cancel()
 
-    def lease_until(self) -> int:
-        return int(time.time() + self.lease_seconds)
+    def lease_until_ms(self) -> int:
+        """When a lease taken or renewed now runs out, in milliseconds since the epoch."""
+        return int((time.time() + self.lease_seconds * LEASE_AHEAD) * 1000)
 
     def launch(
         self,
@@ -239,26 +260,18 @@ class Runs:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(changed.wait(), poll)
 
-    async def _maintain(self) -> None:
-        """Every third of a lease: renew this process's leases, stop its runs that were cancelled
-        (in case the notification was lost) or ended elsewhere, and fail runs whose lease ran
-        out (so within 4/3 of a lease of their process's death, plus a second: leases are whole
-        seconds)."""
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            try:
-                ids = list(self._runs)
-                await self.store.renew_leases(ids, self.lease_until())
-                for response_id in await self.store.runs_to_stop(ids):
-                    run = self._runs.get(response_id)
-                    if run and run.task and not run.finishing:
-                        run.task.cancel()
-                await self._expire_dead_runs()
-            except Exception:
-                log.exception("background maintenance failed; retrying")
+    async def _renew(self) -> None:
+        """Renew this process's leases, and stop its runs that were cancelled (in case the
+        notification was lost) or ended elsewhere (this process stalled past their lease)."""
+        ids = list(self._runs)
+        await self.store.renew_leases(ids, self.lease_until_ms())
+        for response_id in await self.store.runs_to_stop(ids):
+            run = self._runs.get(response_id)
+            if run and run.task and not run.finishing:
+                run.task.cancel()
 
     async def _expire_dead_runs(self) -> None:
-        for response in await self.store.expired_runs(int(time.time())):
+        for response in await self.store.expired_runs(int(time.time() * 1000)):
             if response["id"] in self._runs:
                 continue
             log.warning("background response %s lost its runner; marking it failed", response["id"])
@@ -267,3 +280,18 @@ class Runs:
             message = "The server running this response stopped before it finished."
             events = renderer.feed(Error("server_error", message, 500))
             await self.store.finish_response(renderer.response, [(e["sequence_number"], dumps(e)) for e in events])
+
+
+async def _every(interval: float, action: Callable[[], Coroutine[Any, Any, None]], doing: str) -> None:
+    """Call `action` every `interval` seconds until cancelled, on a fixed beat: a late timer or a
+    slow round does not push the next ones back (the lease arithmetic above counts on the
+    interval), and a round that outlasts the interval is followed at once by the next."""
+    loop = asyncio.get_running_loop()
+    beat = loop.time()
+    while True:
+        beat = max(beat + interval, loop.time())
+        await asyncio.sleep(beat - loop.time())
+        try:
+            await action()
+        except Exception:
+            log.exception("background maintenance (%s) failed; retrying", doing)

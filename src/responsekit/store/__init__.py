@@ -120,20 +120,21 @@ class Store:
         with tracing.span("store save_response", {"db.operation.name": "save_response"}):
             async with self.database.transaction() as db:
                 await self._insert_response(
-                    db, owner, response, inputs, lease_until=None, request_id=request_id, timeline=timeline
+                    db, owner, response, inputs, lease_until_ms=None, request_id=request_id, timeline=timeline
                 )
                 await self._insert_outputs(db, response, offset=len(inputs))
                 if conversation_id:
                     await self._append_conversation(db, conversation_id, inputs + response["output"])
 
     async def start_response(
-        self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int,
+        self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until_ms: int,
         request_id: str | None = None,
     ) -> None:
-        """A background response before it runs: queued, with its inputs."""
+        """A background response before it runs: queued, with its inputs and its runner's lease
+        (until when, in milliseconds since the epoch)."""
         async with self.database.transaction() as db:
             await self._insert_response(
-                db, owner, response, inputs, lease_until=lease_until, request_id=request_id, timeline=None
+                db, owner, response, inputs, lease_until_ms=lease_until_ms, request_id=request_id, timeline=None
             )
 
     async def update_response(self, response: dict[str, Any]) -> None:
@@ -164,7 +165,7 @@ class Store:
                     )
                 ]
                 await db.execute(
-                    "UPDATE responses SET status = ?, body = ?, lease_until = NULL, timeline = ? WHERE id = ?",
+                    "UPDATE responses SET status = ?, body = ?, lease_until_ms = NULL, timeline = ? WHERE id = ?",
                     response["status"], _dumps(response), _dumps(timeline) if timeline else None, response["id"],
                 )  # fmt: skip
                 await self._insert_outputs(db, response, offset=len(inputs))
@@ -175,16 +176,16 @@ class Store:
         return True
 
     async def _insert_response(
-        self, db: Connection, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until: int | None,
+        self, db: Connection, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until_ms: int | None,
         request_id: str | None, timeline: dict[str, Any] | None,
     ) -> None:
         conversation = response.get("conversation") or {}
         await db.execute(
             "INSERT INTO responses (id, owner, created_at, status, background, previous_response_id, "
-            "conversation_id, body, lease_until, request_id, model, timeline, stored_ms) "
+            "conversation_id, body, lease_until_ms, request_id, model, timeline, stored_ms) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             response["id"], owner, response["created_at"], response["status"], bool(response.get("background")),
-            response.get("previous_response_id"), conversation.get("id"), _dumps(response), lease_until, request_id,
+            response.get("previous_response_id"), conversation.get("id"), _dumps(response), lease_until_ms, request_id,
             response.get("model"), _dumps(timeline) if timeline else None, _now_ms(),
         )  # fmt: skip
         await _insert_items(db, response["id"], inputs, offset=0, output=False)
@@ -333,20 +334,22 @@ class Store:
         )
         return {row[0] for row in rows}
 
-    async def renew_leases(self, response_ids: list[str], until: int) -> None:
+    async def renew_leases(self, response_ids: list[str], until_ms: int) -> None:
         if response_ids:
             marks = ", ".join("?" for _ in response_ids)
-            await self.database.execute(f"UPDATE responses SET lease_until = ? WHERE id IN ({marks})", until, *response_ids)
+            await self.database.execute(
+                f"UPDATE responses SET lease_until_ms = ? WHERE id IN ({marks})", until_ms, *response_ids
+            )
 
     async def running(self, response_id: str) -> bool:
         """Whether a background response is still queued or in progress (False: finished, or gone)."""
         row = await self.database.fetchrow("SELECT status FROM responses WHERE id = ?", response_id)
         return row is not None and row[0] in RUNNING
 
-    async def expired_runs(self, now: int) -> list[dict[str, Any]]:
+    async def expired_runs(self, now_ms: int) -> list[dict[str, Any]]:
         """Background responses whose runner stopped renewing its lease (it crashed or was killed)."""
         rows = await self.database.fetch(
-            "SELECT body FROM responses WHERE status IN (?, ?) AND lease_until < ?", *RUNNING, now
+            "SELECT body FROM responses WHERE status IN (?, ?) AND lease_until_ms < ?", *RUNNING, now_ms
         )
         return [json.loads(row[0]) for row in rows]
 

@@ -118,6 +118,11 @@ MIGRATIONS: list[list[Statement]] = [
         "CREATE INDEX responses_by_owner ON responses (owner, created_at, stored_ms, id)",
         "CREATE INDEX conversations_by_owner ON conversations (owner, created_at, stored_ms, id)",
     ],
+    [  # 5: background runs' leases in milliseconds, not whole seconds, so that a dead process's
+        # runs fail within `lease_seconds` of its death (issue 17, `runs.py`)
+        "ALTER TABLE responses RENAME COLUMN lease_until TO lease_until_ms",
+        "UPDATE responses SET lease_until_ms = lease_until_ms * 1000 WHERE lease_until_ms IS NOT NULL",
+    ],
 ]
 
 

@@ -146,7 +146,7 @@ async def cancel_response(request: Request, response_id: str, owner: Owner) -> d
     if response["status"] not in RUNNING:
         return response
     await conductor.runs.cancel(owner, response_id)
-    for _ in range(100):  # a run on another replica is told at once (or notices within a third of a lease)
+    for _ in range(100):  # a run on another replica is told at once (or notices within a sixth of a lease)
         response = await _stored(request, owner, response_id)
         if response["status"] not in RUNNING:
             break
