@@ -303,6 +303,7 @@ class _Analysis:
 
         one = self.sample_call = rendered(0)
         first = _locate(one, 0)
+        call = first.call
         before, after = one[: first.start], one[first.end :]
         index = ""
         try:
@@ -310,39 +311,37 @@ class _Analysis:
             second = _locate(two, 0)
             third = _locate(two, 1, after=second.end)
             between = two[second.end : third.start]
-            index = _call_index(first.name_close, third.name_close)
+            index = _call_index(call.name_close, third.call.name_close)
         except DeriveError:  # one call per turn (GigaChat): each call is a section of its own
             between = after + before
-        name_close = first.name_close
+        name_close = call.name_close
         if index:  # `functions.NAME:0<|tool_call_argument_begin|>` (Kimi): the index is no marker
             name_close = name_close[name_close.index(index) + len(index) + 1 :]
         call_close = _snap_prefix(os.path.commonprefix([after, between]))
         rest = between[len(call_close) :]
         call_open = _snap_suffix(_common_suffix(before, rest))
         separator = rest[: len(rest) - len(call_open)]
-        wrap = self._value_wrap(first, reference) if first.style == "key_value" else ("", "")
+        wrap = self._value_wrap(call, reference) if call.style == "key_value" else ("", "")
         exact = {"section_open": before[: len(before) - len(call_open)], "section_close": after[len(call_close) :],
                  "call_open": call_open, "call_close": call_close, "separator": separator,
-                 "id_close": first.id_close, "name_close": name_close, "key_open": first.key_open,
-                 "key_close": first.key_close, "value_close": first.value_close}  # fmt: skip
+                 "id_close": call.id_close, "name_close": name_close, "key_open": call.key_open,
+                 "key_close": call.key_close, "value_close": call.value_close}  # fmt: skip
         stripped = {key: value.strip() for key, value in exact.items()}
-        if first.style != "envelope" and not (stripped["section_open"] or stripped["call_open"]):
+        if call.style != "envelope" and not (stripped["section_open"] or stripped["call_open"]):
             raise DeriveError("no marker starts a call (only a bare JSON object can go without one)")
-        return CallShape(first.style, name_key=first.name_key, args_key=first.args_key, args_as_text=first.args_as_text,
-                         key_name_end=first.key_name_end, value_wrap=wrap, id_after_name=first.id_after_name,
-                         call_index=index, rendered=exact, **stripped)  # fmt: skip
+        return replace(call, value_wrap=wrap, call_index=index, rendered=exact, **stripped)
 
-    def _value_wrap(self, found: _Found, reference: str | None) -> tuple[str, str]:
+    def _value_wrap(self, call: CallShape, reference: str | None) -> tuple[str, str]:
         """What wraps a bare value holding markup (MiniCPM's `<![CDATA[` … `]]>`)."""
         message = _message(content="", tool_calls=[{**_call(0), "function": {
             "name": _NAMES[0], "arguments": {**_ARGS[0], "probe_key_one": _MARKUP}}}])  # fmt: skip
         turn = self._turn(message, reference) or ""
         at = turn.find(_MARKUP)
-        opened = turn.rfind(found.key_close, 0, at) if at != -1 else -1
+        opened = turn.rfind(call.key_close, 0, at) if at != -1 else -1
         if opened == -1:
             return "", ""
-        closed = turn.find(found.value_close, at)
-        opening = turn[opened + len(found.key_close) : at]
+        closed = turn.find(call.value_close, at)
+        opening = turn[opened + len(call.key_close) : at]
         closing = turn[at + len(_MARKUP) : closed] if closed != -1 else ""
         return (opening, closing) if opening.strip() and closing.strip() else ("", "")
 
@@ -463,19 +462,10 @@ def _common_suffix(a: str, b: str) -> str:
 class _Found:
     """Where one probe call lies in a rendered turn, and the markers inside it."""
 
-    style: CallStyle
     start: int  # where the call's id, name or envelope starts
     end: int  # after its arguments (and, key by key, after the last value's closing)
-    id_close: str = ""
-    id_after_name: bool = False
-    name_close: str = ""
-    name_key: str = "name"
-    args_key: str = "arguments"
-    args_as_text: bool = False
-    key_open: str = ""
-    key_close: str = ""
-    key_name_end: str = ""
-    value_close: str = ""
+    call: CallShape
+    """What the call itself shows of the shape, its markers as rendered (not stripped)."""
 
 
 def _call_index(first: str, second: str) -> str:
@@ -519,8 +509,8 @@ def _locate(text: str, index: int, *, after: int = 0) -> _Found:
             (k for k, v in value.items() if v == arguments or _decodes_to(v, arguments)), None
         )
         if name_key and args_key:
-            return _Found("envelope", start, end, name_key=name_key, args_key=args_key,
-                          args_as_text=isinstance(value[args_key], str))  # fmt: skip
+            return _Found(start, end, CallShape("envelope", name_key=name_key, args_key=args_key,
+                          args_as_text=isinstance(value[args_key], str)))  # fmt: skip
     id_at = text.rfind(call_id, after, name_at)
     start, id_close = name_at, ""
     if id_at != -1:  # `ID ID_CLOSE NAME`
@@ -532,8 +522,8 @@ def _locate(text: str, index: int, *, after: int = 0) -> _Found:
             if not id_close and call_id in name_close:  # `NAME [CALL_ID] ID [ARGS]` (Mistral)
                 name_close, id_close = name_close.split(call_id, 1)
                 id_after_name = True
-            return _Found("name_json", start, json_end, id_close=id_close, name_close=name_close,
-                          id_after_name=id_after_name)  # fmt: skip
+            return _Found(start, json_end, CallShape("name_json", id_close=id_close, name_close=name_close,
+                          id_after_name=id_after_name))  # fmt: skip
     return _key_value(text, arguments, start, name_end, id_close)
 
 
@@ -569,9 +559,9 @@ def _key_value(
     key_name_end = os.path.commonprefix(list(headers))
     if key_name_end == headers[0]:
         key_name_end = ""  # one header for both: nothing follows the key's name
-    return _Found("key_value", start, cursor + len(value_close), id_close=id_close,
+    return _Found(start, cursor + len(value_close), CallShape("key_value", id_close=id_close,
                   name_close=head[: len(head) - len(key_open)], key_open=key_open, key_close=key_close,
-                  key_name_end=key_name_end.strip(), value_close=value_close)  # fmt: skip
+                  key_name_end=key_name_end.strip(), value_close=value_close))  # fmt: skip
 
 
 def _decodes_to(value: Any, arguments: dict[str, Any]) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from responsekit.parsing.bare_json import BareJsonParser
 from responsekit.parsing.base import Handler
 from responsekit.parsing.derive import CallShape, TemplateSyntax
 from responsekit.parsing.emit import ARGS
@@ -28,7 +29,6 @@ from responsekit.parsing.json_stream import (
     string_split,
 )
 from responsekit.parsing.markers import MarkerScanner
-from responsekit.parsing.tagged import TaggedParser
 from responsekit.parsing.xml_args import ArgsWriter, escape
 
 _WS = " \t\r\n"
@@ -37,7 +37,7 @@ NAME = "template"
 """The `parser` setting that forces the derived parser."""
 
 
-class DerivedParser(TaggedParser):
+class DerivedParser(BareJsonParser):
     """Reads what a `TemplateSyntax` describes; made per syntax by `derived_parser`."""
 
     name = NAME
@@ -45,6 +45,7 @@ class DerivedParser(TaggedParser):
     shape: CallShape | None = None
     shadowed_stops: tuple[str, ...] = ()
     """End-of-turn markers that start a call marker: dropped from content text."""
+    bare_separators = ""  # several calls: `{…}` one after the other, or one per line
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] = (), *, thinking_open: bool = False
@@ -52,7 +53,6 @@ class DerivedParser(TaggedParser):
         super().__init__(tools, thinking_open=thinking_open or self._opened_by_prompt_only())
         shape = self.shape
         self._in_section = False
-        self._reader = JsonCallReader(self.out)
         self._json = JsonValueStreamer()
         self._args = ArgsWriter(self.schemas, "")
         self._held: list[str] = []
@@ -118,51 +118,13 @@ class DerivedParser(TaggedParser):
     # --- calls ---------------------------------------------------------------------
 
     def _content_start(self, text: str, pos: int) -> int:
-        """A template whose calls are bare JSON objects (Llama 3's `{"name": …,
-        "parameters": …}`): an answer opening with `{` is a call if it names a declared
-        tool, else content (as `hermes_json` reads its bare form)."""
+        """Bare JSON calls (`BareJsonParser`) only where the template's calls are bare
+        JSON objects (Llama 3's `{"name": …, "parameters": …}`)."""
         shape = self.shape
         if shape is None or shape.trigger or shape.style != "envelope":
             self.handler = self._content
             return pos
-        n = len(text)
-        while pos < n and text[pos] in _WS:
-            pos += 1
-        if pos == n:
-            return pos
-        if text[pos] == "{" and self.schemas.names:
-            self._reader = JsonCallReader(self.out, name_keys=(shape.name_key,), args_keys=(shape.args_key,),
-                                          names=self.schemas.names, strict=True)  # fmt: skip
-            self._held.clear()
-            self.handler = self._bare
-        else:
-            self.handler = self._content
-        return pos
-
-    def _bare(self, text: str, pos: int) -> int:
-        reader = self._reader
-        start = pos
-        pos = reader.feed(text, pos)
-        if not reader.started:
-            self._held.append(text[start:pos])
-            if reader.rejected or reader.failed or reader.done:
-                self._release_raw()
-            return pos
-        if reader.in_arguments_string:
-            self.fast_lane(ARGS, STRING_STOPS, string_split)
-        elif reader.done or reader.failed:
-            if reader.failed:
-                reader.close()
-            self.out.end_call()
-            self.handler = self._content_start  # several calls: `{…}; {…}` or one per line
-        return pos
-
-    def _release_raw(self) -> None:
-        """A leading `{` that is no call: the text read so far is content."""
-        self.out.text("".join(self._held))
-        self._held.clear()
-        self._said_content = True
-        self.handler = self._content
+        return super()._content_start(text, pos)
 
     def _call_handler(self, marker: str) -> Handler:
         shape = self.shape
@@ -390,11 +352,10 @@ class DerivedParser(TaggedParser):
             self.resume()
 
     def _finish_call(self) -> None:
-        if self.handler == self._bare and not self._reader.started:
-            self._release_raw()
+        super()._finish_call()  # a bare call
         if self.out.open_call is None:
             return
-        if self.handler in (self._envelope, self._bare):
+        if self.handler == self._envelope:
             self._reader.close()
         elif self.handler in (self._json_arguments, self._call_id):  # `_call_id`: after the name
             self.out.args(self._json.close())
@@ -423,4 +384,6 @@ def derived_parser(syntax: TemplateSyntax) -> type[DerivedParser]:
         "shadowed_stops": tuple(shadowed),
         "call_markers": markers,
     }
+    if shape is not None:  # where a bare envelope's name and arguments are
+        attributes |= {"bare_name_keys": (shape.name_key,), "bare_args_keys": (shape.args_key,)}
     return type("DerivedParser", (DerivedParser,), attributes)

@@ -10,19 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from responsekit.parsing.bare_json import BareJsonParser
 from responsekit.parsing.base import Handler
 from responsekit.parsing.emit import ARGS
 from responsekit.parsing.json_stream import STRING_STOPS, JsonCallReader, string_split
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.registry import register
-from responsekit.parsing.tagged import TaggedParser
 
 _WS = " \t\r\n"
 
 
 @register
-class HermesJsonParser(TaggedParser):
-    """`<think>` reasoning, content, then `<tool_call>` JSON blocks."""
+class HermesJsonParser(BareJsonParser):
+    """`<think>` reasoning, content, then `<tool_call>` JSON blocks (or one bare call)."""
 
     name = "hermes_json"
     stop_tokens = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
@@ -32,10 +32,8 @@ class HermesJsonParser(TaggedParser):
         self, tools: Sequence[Mapping[str, Any]] = (), *, thinking_open: bool = False
     ) -> None:
         super().__init__(tools, thinking_open=thinking_open)
-        self._reader = JsonCallReader(self.out)
         self._close_scan = MarkerScanner(("</tool_call>",))
         self._after_scan = MarkerScanner(("</tool_call>", "<tool_call>", *self.stop_tokens))
-        self._raw: list[str] = []
         self._gap: list[str] = []  # whitespace after a call's JSON, until its fate is known
 
     def _call_handler(self, marker: str) -> Handler:
@@ -103,44 +101,8 @@ class HermesJsonParser(TaggedParser):
             self.resume()
         return pos
 
-    def _content_start(self, text: str, pos: int) -> int:
-        n = len(text)
-        while pos < n and text[pos] in _WS:
-            pos += 1
-        if pos == n:
-            return pos
-        if text[pos] == "{" and self.schemas.names and not self.out.calls:
-            self._reader = JsonCallReader(self.out, names=self.schemas.names, strict=True)
-            self.handler = self._bare
-        else:
-            self.handler = self._content
-        return pos
-
-    def _bare(self, text: str, pos: int) -> int:
-        """A leading `{`: a bare call if it is `{"name": <declared tool>, …}`, else content."""
-        reader = self._reader
-        start = pos
-        pos = reader.feed(text, pos)
-        if not reader.started:
-            self._raw.append(text[start:pos])
-            if reader.rejected or reader.failed or reader.done:
-                self._release_raw()
-            return pos
-        if reader.failed:
-            reader.close()
-        if reader.done or reader.failed:
-            self.out.end_call()
-            self.handler = self._content
-        return pos
-
-    def _release_raw(self) -> None:
-        self.out.text("".join(self._raw))
-        self._raw.clear()
-        self._said_content = True
-        self.handler = self._content
-
     def _finish_call(self) -> None:
-        if self.handler == self._bare and not self._reader.started:
-            self._release_raw()
-        elif self.handler in (self._call_body, self._bare):
+        if self.handler == self._call_body:
             self._reader.close()
+        else:
+            super()._finish_call()

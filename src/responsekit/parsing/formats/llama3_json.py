@@ -19,16 +19,15 @@ from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any, ClassVar
 
+from responsekit.parsing.bare_json import BareJsonParser
 from responsekit.parsing.base import Handler
 from responsekit.parsing.json_stream import JsonCallReader
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.pyliteral import PythonCallReader
 from responsekit.parsing.registry import register
-from responsekit.parsing.tagged import TaggedParser
 
 _WS = " \t\r\n"
 _HEAD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
-_ARGS_KEYS = ("parameters", "arguments")
 _PYTHON_TAG = "<|python_tag|>"
 
 
@@ -38,7 +37,7 @@ def escape(text: str) -> str:
 
 
 @register
-class Llama3JsonParser(TaggedParser):
+class Llama3JsonParser(BareJsonParser):
     """Bare JSON calls, `<|python_tag|>` calls and raw code; no reasoning."""
 
     name = "llama3_json"
@@ -46,6 +45,8 @@ class Llama3JsonParser(TaggedParser):
     reasoning_close = None
     stop_tokens = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
     call_markers = (_PYTHON_TAG,)
+    bare_strict = False  # `"type": "function"` may come before the name
+    bare_separators = ";"
     code_tool: ClassVar[str] = "code_interpreter"
     """The tool raw code after `<|python_tag|>` is a call of."""
 
@@ -53,65 +54,9 @@ class Llama3JsonParser(TaggedParser):
         self, tools: Sequence[Mapping[str, Any]] = (), *, thinking_open: bool = False
     ) -> None:
         super().__init__(tools, thinking_open=thinking_open)
-        self._reader = JsonCallReader(self.out)
         self._python = PythonCallReader(self.out)
         self._code_end = MarkerScanner(self.stop_tokens)
-        self._raw: list[str] = []  # a bare object held until it is known to be a call
         self._head: list[str] = []  # what follows `<|python_tag|>`, until it is decided
-
-    # Bare JSON calls at the start of the output, `;`-separated.
-
-    def _content_start(self, text: str, pos: int) -> int:
-        n = len(text)
-        while pos < n and text[pos] in _WS:
-            pos += 1
-        if pos == n:
-            return pos
-        if text[pos] == "{" and self.schemas.names and not self.out.calls:
-            self._open_bare()
-        else:
-            self.handler = self._content
-        return pos
-
-    def _open_bare(self) -> None:
-        self._raw.clear()
-        self._reader = JsonCallReader(self.out, args_keys=_ARGS_KEYS, names=self.schemas.names)
-        self.handler = self._bare
-
-    def _bare(self, text: str, pos: int) -> int:
-        """A leading `{`: a call if it is `{"name": <declared tool>, …}`, else content."""
-        reader = self._reader
-        start = pos
-        pos = reader.feed(text, pos)
-        if not reader.started:
-            self._raw.append(text[start:pos])
-            if reader.rejected or reader.failed or reader.done:
-                self._release_raw()
-            return pos
-        if reader.failed:
-            reader.close()
-        if reader.done or reader.failed:
-            self.out.end_call()
-            self.handler = self._between
-        return pos
-
-    def _release_raw(self) -> None:
-        self.out.text("".join(self._raw))
-        self._raw.clear()
-        self._said_content = True
-        self.handler = self._content
-
-    def _between(self, text: str, pos: int) -> int:
-        """After a call: `;` and whitespace, then another bare call or content."""
-        n = len(text)
-        while pos < n and (text[pos] in _WS or text[pos] == ";"):
-            pos += 1
-        if pos < n:
-            if text[pos] == "{" and self.schemas.names:
-                self._open_bare()
-            else:
-                self.handler = self._content
-        return pos
 
     # After `<|python_tag|>`: a JSON call, `NAME.call(…)` or raw code.
 
@@ -127,7 +72,7 @@ class Llama3JsonParser(TaggedParser):
             return pos
         c = text[pos]
         if c == "{" and not self._head:
-            self._reader = JsonCallReader(self.out, args_keys=_ARGS_KEYS)
+            self._reader = JsonCallReader(self.out)
             self.handler = self._tagged_json
             return pos
         if c in _HEAD:
@@ -151,7 +96,7 @@ class Llama3JsonParser(TaggedParser):
             self.resume()
         elif reader.done:
             self.out.end_call()
-            self.handler = self._between
+            self.handler = self._between_calls
         return pos
 
     def _builtin(self, text: str, pos: int) -> int:
@@ -163,7 +108,7 @@ class Llama3JsonParser(TaggedParser):
             self.resume()
         elif call.done:
             self.out.end_call()
-            self.handler = self._between
+            self.handler = self._between_calls
         return pos
 
     def _open_code(self, head: str) -> None:
@@ -184,13 +129,13 @@ class Llama3JsonParser(TaggedParser):
 
     def _finish_call(self) -> None:
         handler = self.handler
-        if handler == self._bare and not self._reader.started:
-            self._release_raw()
-        elif handler in (self._bare, self._tagged_json):
+        if handler == self._tagged_json:
             self._reader.close()
         elif handler == self._builtin:
             self._python.close()
         elif handler == self._tagged and self._head:
             self._open_code("".join(self._head))
+        else:
+            super()._finish_call()
         if self.handler == self._code:
             self.out.args(escape(self._code_end.flush()) + '"}')
