@@ -74,13 +74,13 @@ test: $(VENV)/.installed-test tests/js/node_modules/.installed chromium haproxy
 	$(BIN)/python -m pytest -q
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	$(call install,bench embeddings llama)
+	$(call install,bench embeddings llama otel)
 	touch $@ $(VENV)/.installed-run
 
 ## Run the benchmarks (bench/*.py) and print their tables; results are recorded in bench/RESULTS.md.
 ## The gateway benchmark includes LiteLLM and llama-stack when `make bench-peers` installed them.
 ## One or some: make bench BENCHES=gateway
-BENCHES ?= gateway state replicas affinity parsers vector_search engine
+BENCHES ?= gateway traces state replicas affinity parsers vector_search engine
 bench: $(VENV)/.installed-bench
 	cd bench && for b in $(BENCHES); do ../$(BIN)/python $$b.py || exit 1; done
 
