@@ -17,6 +17,7 @@ import glob
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -133,27 +134,42 @@ def private_cluster(pg_ctl: str) -> Iterator[str]:
         wrapper.write_text(f'#!/bin/sh\ncd "{directory}" && exec runuser -u postgres -- "{pg_ctl}" "$@"\n')
         wrapper.chmod(0o755)
         executable = str(wrapper)
-    port = free_port()
-    executor = PostgreSQLExecutor(
-        executable=executable,
-        host="127.0.0.1",
-        port=port,
-        datadir=str(directory / "data"),
-        unixsocketdir=str(directory),
-        logfile=str(directory / "postgresql.log"),
-        startparams="-w",
-        dbname="postgres",
-        user="postgres",
-    )
-    try:
-        executor.start()
-    except Exception as error:
-        log = directory / "postgresql.log"
-        detail = log.read_text() if log.exists() else ""
-        shutil.rmtree(directory, ignore_errors=True)
-        raise RuntimeError(f"the private PostgreSQL cluster did not start ({error})\n{detail}") from error
+    for attempt in range(3):
+        # A free port may be taken by another process before the server binds it (tests run
+        # beside other work): then the start fails, and another port is tried.
+        port = free_port()
+        executor = PostgreSQLExecutor(
+            executable=executable,
+            host="127.0.0.1",
+            port=port,
+            datadir=str(directory / f"data-{attempt}"),
+            unixsocketdir=str(directory),
+            logfile=str(directory / f"postgresql-{attempt}.log"),
+            startparams="-w",
+            dbname="postgres",
+            user="postgres",
+        )
+        try:
+            executor.start()
+            break
+        except Exception as error:
+            log = directory / f"postgresql-{attempt}.log"
+            detail = log.read_text() if log.exists() else ""
+            if attempt < 2 and ("could not bind" in detail or _taken(port)):
+                continue
+            shutil.rmtree(directory, ignore_errors=True)
+            raise RuntimeError(f"the private PostgreSQL cluster did not start ({error})\n{detail}") from error
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
         executor.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _taken(port: int) -> bool:
+    """Whether something else listens on `port` (the cluster's own start failed)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
