@@ -142,14 +142,7 @@ class Tracing:
                     # The span is current while the engine's request goes out (its `traceparent`),
                     # which is before the first event, a failover's retry included (`backends/pool.py`);
                     # after it, each event costs no context switch (a token's cost counts, issue 16).
-                    if first_token:
-                        event = await anext(events, None)
-                    else:
-                        token = self._context.attach(current)
-                        try:
-                            event = await anext(events, None)
-                        finally:
-                            self._context.detach(token)
+                    event = await anext(events, None) if first_token else await self._step(current, events)
                     if event is None:
                         return
                     if not first_token and isinstance(event, FIRST_CONTENT):
@@ -187,14 +180,7 @@ class Tracing:
         try:
             async with aclosing(events):  # type: ignore[type-var]
                 while True:
-                    # The span is made current around each step only, not across a `yield`: the
-                    # generator's consumer may resume it from another context. Each step may start
-                    # a child span (an engine call, a tool, a store write).
-                    token = self._context.attach(current)
-                    try:
-                        event = await anext(events, None)
-                    finally:
-                        self._context.detach(token)
+                    event = await self._step(current, events)  # may start an engine call or a tool
                     if event is None:
                         return
                     if isinstance(event, Error):
@@ -208,6 +194,16 @@ class Tracing:
             raise
         finally:
             span.end()
+
+    async def _step(self, current: Any, events: AsyncIterator[Event]) -> Event | None:
+        """The next event, computed with `current` (a span's context) as the current context. It is
+        attached around the step only, never across a `yield`: a generator's consumer may resume
+        it from another context."""
+        token = self._context.attach(current)
+        try:
+            return await anext(events, None)
+        finally:
+            self._context.detach(token)
 
     def sampled_out(self) -> bool:
         """Whether the current trace was sampled out (`OTEL_TRACES_SAMPLER`): then a child span
