@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from responsekit.parsing.base import Handler
 from responsekit.parsing.emit import ARGS
 from responsekit.parsing.json_stream import STRING_STOPS, JsonCallReader, string_split
 from responsekit.parsing.tagged import TaggedParser
@@ -84,13 +85,20 @@ class BareJsonParser(TaggedParser):
             if reader.rejected or reader.failed or reader.done:
                 self._release_raw()
             return pos
+        return self._streamed(pos, self._content if self.bare_separators is None else self._between_calls)
+
+    def _streamed(self, pos: int, after: Handler) -> int:
+        """Once `self._reader` has read up to `pos` of a started call: its argument strings go
+        through the fast lane; at the object's end (or where it broke, closed as it stands) the
+        call ends and `after` reads on."""
+        reader = self._reader
         if reader.in_arguments_string:
             self.fast_lane(ARGS, STRING_STOPS, string_split)
         elif reader.done or reader.failed:
             if reader.failed:
                 reader.close()
             self.out.end_call()
-            self.handler = self._content if self.bare_separators is None else self._between_calls
+            self.handler = after
         return pos
 
     def _release_raw(self) -> None:

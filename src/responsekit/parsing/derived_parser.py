@@ -192,16 +192,7 @@ class DerivedParser(BareJsonParser):
         return self._name
 
     def _envelope(self, text: str, pos: int) -> int:
-        reader = self._reader
-        pos = reader.feed(text, pos)
-        if reader.in_arguments_string:
-            self.fast_lane(ARGS, STRING_STOPS, string_split)
-        elif reader.done or reader.failed:
-            if reader.failed:
-                reader.close()
-            self.out.end_call()
-            self.handler = self._call_end
-        return pos
+        return self._streamed(self._reader.feed(text, pos), self._call_end)
 
     def _name(self, text: str, pos: int) -> int:
         plain, marker, pos = self._name_scan.scan(text, pos)
