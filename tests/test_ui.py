@@ -3,7 +3,8 @@
 Every test runs the real server on loopback against the scripted engine and looks at the pages
 as a user would: the list, a response's page (input, output, timings, request id, chain, the
 recorded engine exchange), a conversation's page, a live background run and a foreground stream
-in flight whose events arrive while the page is open, and the login a server with API keys asks for.
+in flight whose events arrive while the page is open, a WebSocket-mode response in flight, a stream
+whose client leaves mid-flight, and the login a server with API keys asks for.
 """
 
 from __future__ import annotations
