@@ -3,7 +3,8 @@
 Every test runs the real server on loopback against the scripted engine and looks at the pages
 as a user would: the list, a response's page (input, output, timings, request id, chain, the
 recorded engine exchange), a conversation's page, a live background run and a foreground stream
-in flight whose events arrive while the page is open, and the login a server with API keys asks for.
+in flight whose events arrive while the page is open, a WebSocket-mode response in flight, a stream
+whose client leaves mid-flight, and the login a server with API keys asks for.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import httpx
 import pytest
 import uvicorn
 from cryptography.fernet import Fernet
+from websockets.sync.client import connect
 
 from responsekit.api.ui.access import SESSION, SESSION_SECONDS
 from responsekit.app import create_app
@@ -205,6 +207,63 @@ def test_a_foreground_stream_in_flight_is_listed_live_and_its_page_follows_it(up
         page.goto(f"{url}/ui")
         row = page.locator(f"tr:has(a[href='/ui/responses/{response_id}'])").inner_text()
         assert "completed" in row and "live" not in row
+
+
+def test_a_response_over_the_websocket_in_flight_is_listed_live_until_it_ends(upstream, settings, page):
+    """The WebSocket mode's responses take off and land in `Orchestrator.events` like a stream's."""
+    gate = threading.Event()
+    script = text_exchange("Over the socket, slowly.", pieces=4)
+    script["chunks"].insert(3, {"gate": gate})
+    upstream.push(script)
+    with serve(create_app(settings)) as url, connect(f"ws{url.removeprefix('http')}/v1/responses") as socket:
+        try:
+            socket.send(json.dumps({"type": "response.create", "model": "test-model", "input": "Speak slowly."}))
+            created = json.loads(socket.recv(timeout=30))
+            assert created["type"] == "response.created"
+            response_id = created["response"]["id"]
+            page.goto(f"{url}/ui")
+            row = page.locator(f"tr:has(a[href='/ui/responses/{response_id}'])").inner_text()
+            assert "live" in row and "in_progress" in row
+            assert httpx.get(f"{url}/v1/responses/{response_id}").status_code == 404
+        finally:
+            gate.set()
+        while (event := json.loads(socket.recv(timeout=30)))["type"] != "response.completed":
+            assert event["type"] not in ("error", "response.failed"), event
+        # Landed: stored, and listed from the store, no longer live.
+        assert httpx.get(f"{url}/v1/responses/{response_id}").json()["status"] == "completed"
+        page.goto(f"{url}/ui")
+        row = page.locator(f"tr:has(a[href='/ui/responses/{response_id}'])").inner_text()
+        assert "completed" in row and "live" not in row
+        assert page.locator("tr.live").count() == 0
+
+
+def test_a_stream_whose_client_leaves_lands_unstored_and_its_page_ends(upstream, settings, page):
+    """A client that leaves mid-flight: the flight is dropped, nothing half-written is stored,
+    and a page following it sees its stream end without a terminal event, then finds nothing."""
+    from playwright.sync_api import expect
+
+    gate = threading.Event()
+    script = text_exchange("first half, then the second half.", pieces=4)
+    script["chunks"].insert(4, {"gate": gate})  # after "first half, "
+    upstream.push(script)
+    app = create_app(settings)
+    with serve(app) as url:
+        flights = app.state.orchestrator.flights
+        try:
+            with held_stream(url, input="Say it in two halves.") as (_, response_id):
+                page.goto(f"{url}/ui/responses/{response_id}")
+                expect(page.locator("#live table")).to_contain_text("×3 on item 0")
+                expect(page.locator("#live .live-state")).to_have_text("following")
+            # The client left while the engine is held: its stream is cancelled, the flight lands.
+            expect(page.locator("#live .live-state")).to_have_text("ended")
+            assert flights.of("") == []
+            assert response_id not in httpx.get(f"{url}/ui").text
+            assert httpx.get(f"{url}/v1/responses/{response_id}").status_code == 404
+            assert httpx.get(f"{url}/ui/responses/{response_id}/events").status_code == 404
+            # The page reloads onto what the store holds: nothing.
+            expect(page.locator("main")).to_contain_text(f"No response {response_id} is stored for you.")
+        finally:
+            gate.set()
 
 
 def test_a_flight_is_shown_to_its_owner_only(upstream, settings):
