@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import httpx
 import openai
@@ -13,7 +14,15 @@ from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 from responsekit.sealing import Sealer, rotate_keys
 
-from .harness import check_response, check_stream, exchange, read_sse, serve, text_exchange
+from .harness import (
+    check_response,
+    check_stream,
+    exchange,
+    read_sse,
+    serve,
+    text_exchange,
+    wait_for,
+)
 
 ENCRYPTED = {"include": ["reasoning.encrypted_content"], "store": False}
 
@@ -209,6 +218,45 @@ def test_websocket_failed_continuation_evicts_the_cache(server):
             assert error["type"] == "error" and error["error"]["code"] == expected
         connection.send({"type": "nonsense"})
         assert json.loads(connection.recv_bytes())["status"] == 400
+
+
+def test_websocket_messages_sent_during_a_response_wait_their_turn(server):
+    """One response in flight per socket: what arrives meanwhile is read (the socket is watched
+    for the client leaving) and handled after it, in order; a binary frame is no JSON object."""
+    gate = threading.Event()
+    held = text_exchange("first answer", pieces=3)
+    held["chunks"].insert(2, {"gate": gate})
+    server.upstream.push(held, text_exchange("second answer"))
+    with server.client().responses.connect() as connection:
+        connection.send({"type": "response.create", "model": "test-model", "input": "one", "store": False})
+        created = json.loads(connection.recv_bytes())
+        assert created["type"] == "response.created"
+        connection.send({"type": "response.create", "model": "test-model", "input": "two", "store": False})
+        connection._connection.send(b"\x00binary")  # the SDK's own socket (websockets)
+        gate.set()
+        first, second = check_stream([created, *_until_terminal(connection)]), check_stream(_until_terminal(connection))
+        error = json.loads(connection.recv_bytes())
+    assert (first["output_text"], second["output_text"]) == ("first answer", "second answer")
+    assert error["type"] == "error" and error["error"]["code"] == "invalid_json"
+
+
+def test_websocket_client_that_leaves_stops_its_response_at_once(server):
+    """A socket closed mid-response ends the engine's request now, as a closed HTTP stream
+    does, not when the engine sends its next token (here: never, until the test lets it)."""
+    gate = threading.Event()
+    held = text_exchange("never finished", pieces=3)
+    held["chunks"].insert(2, {"gate": gate})
+    server.upstream.push(held)
+    try:
+        with server.client().responses.connect() as connection:
+            connection.send({"type": "response.create", "model": "test-model", "input": "x", "store": True})
+            created = json.loads(connection.recv_bytes())
+            while json.loads(connection.recv_bytes())["type"] != "response.output_text.delta":
+                pass
+        wait_for(lambda: server.upstream.cancelled == 1)
+        assert httpx.get(f"{server.base_url}/responses/{created['response']['id']}").status_code == 404
+    finally:
+        gate.set()
 
 
 def _until_terminal(connection) -> list[dict]:

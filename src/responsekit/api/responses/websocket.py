@@ -1,7 +1,9 @@
 """WebSocket mode of `/v1/responses` (`client.responses.connect()`, newer Codex).
 
 Each `response.create` message runs one response, its events sent as JSON messages;
-one response is in flight per socket (messages are handled in order). Responses made on
+one response is in flight per socket (messages are handled in order). The socket is read
+while a response runs, so that a client that leaves stops it at once, as a closed HTTP
+stream does, not at the engine's next token. Responses made on
 the socket are cached on it, so `previous_response_id` works with `store: false` there;
 a continuation that fails evicts the response it continued. Errors use the WebSocket
 envelope `{"type": "error", "status", "error": {type, code, message, param}}`.
@@ -9,9 +11,11 @@ envelope `{"type": "error", "status", "error": {type, code, message, param}}`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from contextlib import aclosing
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -44,9 +48,11 @@ async def responses_socket(websocket: WebSocket) -> None:
     conductor: Orchestrator = websocket.app.state.orchestrator
     cache: History = {}
     opened = time.monotonic()
+    inbox: asyncio.Queue[str | None] = asyncio.Queue()
+    reader = asyncio.create_task(_read(websocket, inbox))
+    run: asyncio.Task[None] | None = None
     try:
-        while True:
-            message = await websocket.receive_text()
+        while (message := await inbox.get()) is not None:
             if time.monotonic() - opened > CONNECTION_LIMIT:
                 await _send_error(websocket, APIError(
                     400, "This connection reached its 60-minute limit; open a new one.",
@@ -54,14 +60,41 @@ async def responses_socket(websocket: WebSocket) -> None:
                 ))  # fmt: skip
                 await websocket.close()
                 return
-            try:
-                await _create(websocket, conductor, owner, cache, json.loads(message))
-            except APIError as error:
-                await _send_error(websocket, error)
-            except (ValueError, AttributeError, RecursionError):
-                await _send_error(websocket, APIError(400, "Messages must be JSON objects.", code="invalid_json"))
+            run = asyncio.create_task(_handle(websocket, conductor, owner, cache, message))
+            await asyncio.wait({run, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():  # the client left mid-response: stop it now (its events close)
+                run.cancel()
+                await asyncio.wait({run})
+                return
+            run.result()
     except WebSocketDisconnect:
         return
+    finally:
+        for task in (run, reader):
+            if task is not None and not task.done():
+                task.cancel()
+
+
+async def _read(websocket: WebSocket, inbox: asyncio.Queue[str | None]) -> None:
+    """The client's messages, in order, then None once it has left."""
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            inbox.put_nowait(message.get("text") or (message.get("bytes") or b"").decode("utf-8", "replace"))
+    finally:
+        inbox.put_nowait(None)
+
+
+async def _handle(websocket: WebSocket, conductor: Orchestrator, owner: str, cache: History, message: str) -> None:
+    """One message; what is wrong with it goes back as an error message."""
+    try:
+        await _create(websocket, conductor, owner, cache, json.loads(message))
+    except APIError as error:
+        await _send_error(websocket, error)
+    except (ValueError, AttributeError, RecursionError):
+        await _send_error(websocket, APIError(400, "Messages must be JSON objects.", code="invalid_json"))
 
 
 async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cache: History, event: Any) -> None:
@@ -81,8 +114,9 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)
         raise
-    async for item in conductor.events(prepared, observed):
-        await websocket.send_text(dumps({**item, "stream_id": stream_id} if stream_id else item))
+    async with aclosing(conductor.events(prepared, observed)) as events:  # closed here if the client leaves
+        async for item in events:
+            await websocket.send_text(dumps({**item, "stream_id": stream_id} if stream_id else item))
     if prepared.response["status"] == "completed":
         cache[prepared.response["id"]] = prepared.continuation()
     elif body.previous_response_id:
