@@ -30,7 +30,7 @@ from .conftest import DATABASES
 from .harness import free_port, read_sse, slow_exchange, start_cli, wait_for
 
 HAPROXY = shutil.which("haproxy")
-LEASE = 1.5
+LEASE = 3.0
 OBSERVING = 0.1
 """How much later than the run's failure the test may see it: it reads the store every 10 ms on
 a connection of its own, from a thread that waits for the GIL behind six client threads (5 ms a
