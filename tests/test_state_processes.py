@@ -150,6 +150,22 @@ async def _rows(database_url: str) -> list[tuple[str, str, str, int]]:
         await connection.close()
 
 
+def _streamed_run(url: str) -> tuple[list[dict], threading.Thread]:
+    """A streamed background run, its events collected by a thread as they arrive."""
+    seen: list[dict] = []
+
+    def follow() -> None:
+        with httpx.stream("POST", f"{url}/v1/responses", timeout=30,
+                          json={"model": "test-model", "input": "x", "stream": True, "background": True}) as answer:  # fmt: skip
+            for line in answer.iter_lines():
+                if line.startswith("data: {"):
+                    seen.append(json.loads(line[6:]))
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    return seen, follower
+
+
 @pytest.mark.parametrize("database_url", [d for d in DATABASES if d == "postgres"], indirect=True)
 def test_a_background_run_ends_for_its_followers_only_once_stored(upstream, database_url):
     """A client must never see a run complete that a crash could still lose (issue 17): while
@@ -158,18 +174,8 @@ def test_a_background_run_ends_for_its_followers_only_once_stored(upstream, data
     upstream.time_scale = 1.0
     upstream.push(slow_exchange(40, 0.05))
     process, url = replica(upstream, database_url)
-    seen: list[dict] = []
     holding, release = threading.Event(), threading.Event()
-
-    def follow() -> None:
-        with httpx.stream("POST", f"{url}/v1/responses",
-                          json={"model": "test-model", "input": "x", "stream": True, "background": True}) as answer:  # fmt: skip
-            for line in answer.iter_lines():
-                if line.startswith("data: {"):
-                    seen.append(json.loads(line[6:]))
-
-    follower = threading.Thread(target=follow)
-    follower.start()
+    seen, follower = _streamed_run(url)
     try:
         response_id = wait_for(lambda: seen and seen[0]["response"]["id"])
         wait_for(lambda: httpx.get(f"{url}/v1/responses/{response_id}").json()["status"] == "in_progress")
@@ -212,17 +218,7 @@ def test_a_replica_stalled_past_its_lease_gives_its_run_up(upstream, database_ur
     upstream.push(slow_exchange(400, 0.02))
     first, url_a = replica(upstream, database_url)
     second, url_b = replica(upstream, database_url)
-    seen: list[dict] = []
-
-    def follow() -> None:
-        with httpx.stream("POST", f"{url_a}/v1/responses", timeout=30,
-                          json={"model": "test-model", "input": "x", "stream": True, "background": True}) as answer:  # fmt: skip
-            for line in answer.iter_lines():
-                if line.startswith("data: {"):
-                    seen.append(json.loads(line[6:]))
-
-    follower = threading.Thread(target=follow)
-    follower.start()
+    seen, follower = _streamed_run(url_a)
     try:
         wait_for(lambda: len(seen) > 20)
         response_id = seen[0]["response"]["id"]

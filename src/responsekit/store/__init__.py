@@ -22,6 +22,14 @@ from .database import Connection, Database, Listener
 from .migrations import migrate
 
 RUNNING = ("queued", "in_progress")
+_CHAIN = """WITH RECURSIVE chain (id, previous_response_id, depth) AS (
+               SELECT id, previous_response_id, 0 FROM responses WHERE id = ? AND owner = ?
+               UNION ALL
+               SELECT r.id, r.previous_response_id, chain.depth + 1
+               FROM responses r JOIN chain ON r.id = chain.previous_response_id
+               WHERE r.owner = ?
+           ) """
+"""A stored response and those it continues, `depth` steps back (parameters: id, owner, owner)."""
 EVENTS_CHANNEL = "responsekit_events"
 """Notified with a background response's id when its stored events grow (issue 17)."""
 CANCEL_CHANNEL = "responsekit_cancel"
@@ -229,14 +237,7 @@ class Store:
 
     async def _chain(self, owner: str, response_id: str) -> list[tuple[str, bool, str]] | None:
         rows = await self.database.fetch(
-            """WITH RECURSIVE chain (id, previous_response_id, depth) AS (
-                   SELECT id, previous_response_id, 0 FROM responses WHERE id = ? AND owner = ?
-                   UNION ALL
-                   SELECT r.id, r.previous_response_id, chain.depth + 1
-                   FROM responses r JOIN chain ON r.id = chain.previous_response_id
-                   WHERE r.owner = ?
-               )
-               SELECT chain.id, chain.depth, items.output, items.body
+            _CHAIN + """SELECT chain.id, chain.depth, items.output, items.body
                FROM chain LEFT JOIN response_items items ON items.response_id = chain.id
                ORDER BY chain.depth DESC, items.position ASC""",
             response_id, owner, owner,
@@ -426,14 +427,7 @@ class Store:
     async def chain(self, owner: str, response_id: str) -> list[str]:
         """The ids of this stored response and of those it continues, oldest first (empty: not stored)."""
         rows = await self.database.fetch(
-            """WITH RECURSIVE chain (id, previous_response_id, depth) AS (
-                   SELECT id, previous_response_id, 0 FROM responses WHERE id = ? AND owner = ?
-                   UNION ALL
-                   SELECT r.id, r.previous_response_id, chain.depth + 1
-                   FROM responses r JOIN chain ON r.id = chain.previous_response_id
-                   WHERE r.owner = ?
-               )
-               SELECT id FROM chain ORDER BY depth DESC""",
+            _CHAIN + "SELECT id FROM chain ORDER BY depth DESC",
             response_id, owner, owner,
         )  # fmt: skip
         return [row[0] for row in rows]
