@@ -58,6 +58,9 @@ class ModelPrompting:
         self.format, self.parser, why = self._choose(parser)
         self.why = why
         """Why this parser was chosen (`responsekit template inspect` prints it too)."""
+        self.call_syntax = grammars.derived_syntax(self.derived) if self.derived is not None else \
+            grammars.SYNTAXES.get(self.format or "")
+        """How calls are written, for a grammar: the format's, or the derived one's."""
         if self.parser is not None:
             log.info("model %s: output parsed as %s: %s", name, self.format, why)
         self.reasoning_mode: ReasoningMode = reasoning_mode
@@ -90,12 +93,10 @@ class ModelPrompting:
                 return found, get_parser(found), "its markers occur in the chat template"
             return self._derived(f"derived from the chat template: `{found}`'s markers occur in it, but `{found}` "
                                  "does not read the call the template renders", syntax)  # fmt: skip
-        choice = self._derived("derived from the chat template, which no hand-written format matches"
-                               if found is None else "derived from the chat template, whose calls `think_tags` "
-                               "would pass as text", syntax)  # fmt: skip
         if syntax.calls is not None or (found is None and syntax.reasoning is not None):
-            return choice
-        self.derived = None
+            return self._derived("derived from the chat template, which no hand-written format matches"
+                                 if found is None else "derived from the chat template, whose calls `think_tags` "
+                                 "would pass as text", syntax)  # fmt: skip
         if found:
             return found, get_parser(found), "its markers occur in the chat template"
         found = detect_format(model=self.name)
@@ -176,10 +177,10 @@ class ModelPrompting:
                 )  # fmt: skip
             parallel = request.parallel_tool_calls is not False
             if wants == "calls":
-                grammar = grammars.forced_calls(self._syntax(), tools, parallel=parallel,
+                grammar = grammars.forced_calls(self.call_syntax, tools, parallel=parallel,
                                                 thinking_open=thinking_open, may_think=may_think)  # fmt: skip
             else:
-                grammar = grammars.lazy_calls(self._syntax(), tools, parallel=parallel, thinking_open=thinking_open)
+                grammar = grammars.lazy_calls(self.call_syntax, tools, parallel=parallel, thinking_open=thinking_open)
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             log.warning("model %s: no grammar for this request's schemas (%s); generating unconstrained", self.name, exc)
             return None
@@ -194,12 +195,6 @@ class ModelPrompting:
             return reasoning if reasoning is not None and reasoning[0] else None
         syntax = grammars.SYNTAXES.get(self.format or "")
         return syntax.reasoning if syntax else ("<think>", "</think>")
-
-    def _syntax(self) -> grammars.Syntax | None:
-        """How calls are written, for a grammar: the format's, or the derived one's."""
-        if self.derived is not None:
-            return grammars.derived_syntax(self.derived)
-        return grammars.SYNTAXES.get(self.format or "")
 
     def _writes_reasoning(self) -> bool:
         if self.derived is not None:  # its markers may be built by the template (Hunyuan's `<think{}>`)
