@@ -418,7 +418,7 @@ class Orchestrator:
 
     async def _persist(self, prepared: Prepared) -> None:
         conversation = prepared.request.conversation_id
-        if prepared.request.store and prepared.timeline is not None:
+        if prepared.timeline is not None:  # a stored response (`prepare` makes its timeline)
             await self.store.save_response(
                 prepared.owner, prepared.response, prepared.inputs, conversation, request_id=request_id(),
                 timeline=prepared.timeline.record(),
@@ -439,10 +439,14 @@ class Orchestrator:
     async def _run(self, prepared: Prepared, run: Run, observation: Observation | None) -> None:
         renderer, timeline = prepared.renderer, prepared.timeline
         assert timeline is not None, "background responses are stored"
+
+        def publish(event: dict[str, Any]) -> None:
+            timeline.saw(event)
+            run.publish(event)
+
         try:
             async for event in rendered(renderer, self.canonical(prepared), observation):
-                timeline.saw(event)
-                run.publish(event)
+                publish(event)
                 if event["type"] == "response.in_progress":
                     await self.store.update_response(renderer.response)
         except asyncio.CancelledError:
@@ -451,13 +455,11 @@ class Orchestrator:
             else:
                 ending = renderer.cancel()
             for event in ending:
-                timeline.saw(event)
-                run.publish(event)
+                publish(event)
         except Exception:
             log.exception("background response %s failed", renderer.response["id"])
             for event in renderer.feed(Error("server_error", "The server had an error while running this response.", 500)):
-                timeline.saw(event)
-                run.publish(event)
+                publish(event)
         finally:
             run.finishing = True
             async with run.lock:
