@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE))
 from gateway import free_port, service
 from machine import describe
 
-from responsekit.default_model import model_file
+from responsekit.backends.default_model import model_file
 
 MODEL = "gemma-pool"
 KINDS = ("chained", "keyed", "stateless")

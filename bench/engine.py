@@ -36,10 +36,10 @@ from machine import describe
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
-from responsekit import default_model
+from responsekit.backends import default_model
 from responsekit.backends.llama_sequence import avoid_amx_repacking
-from responsekit.conversation import GenerationRequest, Message, TextPart
-from responsekit.templates import from_gguf
+from responsekit.canonical.conversation import GenerationRequest, Message, TextPart
+from responsekit.prompting.templates import from_gguf
 from tests.tiny_gguf import write_tiny_gguf
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."

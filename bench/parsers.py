@@ -33,7 +33,7 @@ from pathlib import Path
 
 from machine import describe
 
-from responsekit.events import (
+from responsekit.canonical.events import (
     Event,
     ReasoningDelta,
     TextDelta,
@@ -42,9 +42,9 @@ from responsekit.events import (
     ToolCallStart,
 )
 from responsekit.parsing import Parser, get_parser
-from responsekit.parsing.derive import derive
-from responsekit.parsing.derived_parser import derived_parser
-from responsekit.templates import ChatTemplate
+from responsekit.prompting.derive import derive
+from responsekit.prompting.derived_parser import derived_parser
+from responsekit.prompting.templates import ChatTemplate
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "tests" / "data" / "formats" / "templates"
 DERIVED = {  # parsers derived from a template (issue 18), on the text its model writes

@@ -172,7 +172,7 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gemma_gguf() -> Path:
     """The real Gemma 3 270M GGUF (Q4_K_M) of the `llama` extra, assembled once and kept in
     the user's cache between test runs."""
-    from responsekit.default_model import model_file
+    from responsekit.backends.default_model import model_file
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "responsekit-tests"
     return model_file(cache)

@@ -14,8 +14,8 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from responsekit.app import create_app
+from responsekit.canonical.ids import storable_id
 from responsekit.config import Settings, UpstreamConfig
-from responsekit.ids import storable_id
 
 from .conftest import DATABASES
 from .harness import serve, text_exchange

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 
 from responsekit.app import create_app
+from responsekit.backends.default_model import DEFAULT_MODEL_NAME
 from responsekit.config import Settings, load_settings
-from responsekit.default_model import DEFAULT_MODEL_NAME
 
 from .harness import check_response, check_stream, output, read_sse, serve, start_cli
 

@@ -13,11 +13,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from responsekit import grammars
-from responsekit.backends.prompting import ModelPrompting
-from responsekit.parsing.derive import derive
-from responsekit.parsing.derived_parser import derived_parser
-from responsekit.templates import ChatTemplate
+from responsekit.backends.model_prompting import ModelPrompting
+from responsekit.prompting import grammars
+from responsekit.prompting.derive import derive
+from responsekit.prompting.derived_parser import derived_parser
+from responsekit.prompting.templates import ChatTemplate
 
 from .parsing.parsing_support import TEMPLATES_DIR, run
 from .test_grammars import SCHEMAS, TOOLS, generate
@@ -121,7 +121,7 @@ def test_the_real_model_writes_a_parseable_call_under_a_derived_grammar(gemma_gg
 def test_a_hand_written_format_wins_where_its_markers_match(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, "responsekit.backends.prompting"):
+    with caplog.at_level(logging.INFO, "responsekit.backends.model_prompting"):
         prompting = ModelPrompting("qwen", load("Qwen-Qwen3-0.6B"))
     assert prompting.format == "hermes_json"
     assert "output parsed as hermes_json: its markers occur in the chat template" in caplog.text
@@ -131,7 +131,7 @@ def test_a_hand_written_format_wins_where_its_markers_match(
 def test_auto_uses_the_derived_parser_for_a_template_no_format_knows(
     name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, "responsekit.backends.prompting"):
+    with caplog.at_level(logging.INFO, "responsekit.backends.model_prompting"):
         prompting = ModelPrompting(name, load(name))
     assert prompting.format == "template" and prompting.derived is not None
     assert prompting.parser is not None and prompting.parser.syntax == prompting.derived

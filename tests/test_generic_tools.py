@@ -18,10 +18,16 @@ import pytest
 
 from responsekit.app import create_app
 from responsekit.backends import generic_tools
-from responsekit.backends.prompting import ModelPrompting, Plan
+from responsekit.backends.model_prompting import ModelPrompting, Plan
+from responsekit.canonical.conversation import (
+    FunctionTool,
+    GenerationRequest,
+    Message,
+    TextPart,
+    ToolCall,
+)
 from responsekit.config import LocalModel, Settings, UpstreamConfig
-from responsekit.conversation import FunctionTool, GenerationRequest, Message, TextPart, ToolCall
-from responsekit.templates import ChatTemplate
+from responsekit.prompting.templates import ChatTemplate
 
 from .conftest import EngineServer
 from .harness import check_response, check_stream, read_sse, serve

@@ -11,10 +11,16 @@ from typing import Any
 import jsonschema
 import pytest
 
-from responsekit import grammars
-from responsekit.conversation import FunctionTool, GenerationRequest, Message, TextPart, ToolCall
+from responsekit.canonical.conversation import (
+    FunctionTool,
+    GenerationRequest,
+    Message,
+    TextPart,
+    ToolCall,
+)
 from responsekit.parsing import get_parser
-from responsekit.templates import chat_messages, chat_tools, load_template
+from responsekit.prompting import grammars
+from responsekit.prompting.templates import chat_messages, chat_tools, load_template
 
 from .harness import DATA
 from .parsing.parsing_support import run

@@ -17,9 +17,16 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from responsekit.backends.chat_upstream import ChunkTranslator, OutputParsing
+from responsekit.canonical.conversation import FunctionTool, GenerationRequest, Message, TextPart
+from responsekit.canonical.events import (
+    Error,
+    Finish,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from responsekit.config import Settings, UpstreamConfig, load_settings
-from responsekit.conversation import FunctionTool, GenerationRequest, Message, TextPart
-from responsekit.events import Error, Finish, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from responsekit.parsing import get_parser
 
 from .harness import check_chat_chunk, check_chat_completion, check_response, check_stream, read_sse

@@ -17,8 +17,8 @@ from responsekit.app import create_app
 from responsekit.backends.affinity import BLOCK, PrefixTree, prefix_path, rendezvous
 from responsekit.backends.chat_upstream import ChatUpstream
 from responsekit.backends.pool import Member, Pool
+from responsekit.canonical.conversation import GenerationRequest, Message, TextPart
 from responsekit.config import Settings, UpstreamConfig
-from responsekit.conversation import GenerationRequest, Message, TextPart
 
 from .harness import (
     ScriptedUpstream,

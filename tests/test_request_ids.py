@@ -15,7 +15,7 @@ from websockets.sync.client import connect
 
 from responsekit.app import create_app
 from responsekit.config import Settings, load_settings
-from responsekit.logs import ACCESS_LOGGER
+from responsekit.operations.logs import ACCESS_LOGGER
 from responsekit.store import Store
 
 from .conftest import DATABASES

@@ -17,9 +17,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from responsekit.app import create_app
+from responsekit.canonical.errors import APIError
 from responsekit.config import Settings, UpstreamConfig
-from responsekit.errors import APIError
-from responsekit.outbound import UrlPolicy
+from responsekit.tools.outbound import UrlPolicy
 
 from .harness import (
     ScriptedUpstream,

@@ -7,7 +7,7 @@ import json
 import httpx
 
 from responsekit.api.streaming import COALESCE_LIMIT
-from responsekit.sse import json_bytes
+from responsekit.canonical.sse import json_bytes
 
 from .harness import check_stream, read_sse, slow_exchange, text_exchange
 

@@ -12,7 +12,7 @@ from openai.types.responses import CompactedResponse
 
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
-from responsekit.sealing import Sealer, rotate_keys
+from responsekit.orchestration.sealing import Sealer, rotate_keys
 
 from .harness import (
     check_response,

@@ -28,9 +28,15 @@ from starlette.routing import Route
 
 from responsekit.app import create_app
 from responsekit.backends import generic_tools
+from responsekit.canonical.conversation import (
+    FunctionTool,
+    GenerationRequest,
+    Message,
+    TextPart,
+    ToolCall,
+)
 from responsekit.config import Settings, UpstreamConfig
-from responsekit.conversation import FunctionTool, GenerationRequest, Message, TextPart, ToolCall
-from responsekit.templates import (
+from responsekit.prompting.templates import (
     ChatTemplate,
     TemplateError,
     chat_messages,

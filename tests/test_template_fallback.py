@@ -16,11 +16,11 @@ import pytest
 
 from responsekit.app import create_app
 from responsekit.backends.completions import CompletionsUpstream
-from responsekit.builtin_templates import BUILTIN_TEMPLATES, choose_template
+from responsekit.canonical.conversation import GenerationRequest, Message, TextPart, ToolCall
 from responsekit.config import LocalModel, Settings, UpstreamConfig
-from responsekit.conversation import GenerationRequest, Message, TextPart, ToolCall
-from responsekit.gguf_metadata import read_metadata
-from responsekit.templates import (
+from responsekit.prompting.builtin_templates import BUILTIN_TEMPLATES, choose_template
+from responsekit.prompting.gguf_metadata import read_metadata
+from responsekit.prompting.templates import (
     ChatTemplate,
     TemplateError,
     chat_messages,
@@ -103,7 +103,7 @@ def test_a_gguf_without_a_template_gets_its_familys(family: str, architecture: s
                                                      caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
     path = write_tiny_gguf(tmp_path / "base.gguf", template=None, family=family, architecture=architecture,
                            name="Base Model 1B")  # fmt: skip
-    with caplog.at_level(logging.INFO, logger="responsekit.templates"):
+    with caplog.at_level(logging.INFO, logger="responsekit.prompting.templates"):
         template = from_gguf(path)
     assert template.fallback == chosen
     assert template.source == BUILTIN_TEMPLATES[chosen]

@@ -9,10 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from responsekit.conversation import FunctionTool, GenerationRequest, Message, TextPart, ToolCall
-from responsekit.grammars import integer_range
+from responsekit.canonical.conversation import (
+    FunctionTool,
+    GenerationRequest,
+    Message,
+    TextPart,
+    ToolCall,
+)
 from responsekit.parsing import get_parser
-from responsekit.templates import ChatTemplate, TemplateError, from_tokenizer_config, load_template
+from responsekit.prompting.grammars import integer_range
+from responsekit.prompting.templates import (
+    ChatTemplate,
+    TemplateError,
+    from_tokenizer_config,
+    load_template,
+)
 
 TEMPLATES = sorted((Path(__file__).parent / "data" / "formats" / "templates").glob("*.jinja"))
 
@@ -199,7 +210,7 @@ def test_templates_load_from_tokenizer_config_and_files(tmp_path: Path) -> None:
 
 
 def test_images_are_refused_for_a_text_model() -> None:
-    from responsekit.conversation import ImagePart
+    from responsekit.canonical.conversation import ImagePart
 
     request = GenerationRequest("m", [Message("user", [TextPart("look"), ImagePart("data:image/png;base64,AA==")])])
     with pytest.raises(TemplateError, match="text only"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from responsekit.timeline import Timeline
+from responsekit.orchestration.timeline import Timeline
 
 
 def test_deltas_on_one_item_are_one_entry_and_the_first_is_the_first_token():

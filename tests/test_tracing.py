@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from websockets.sync.client import connect
 
-from responsekit import tracing
+from responsekit.operations import tracing
 
 from .harness import check_stream, read_sse, serve, start_cli, text_exchange, wait_for
 

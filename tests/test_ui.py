@@ -27,7 +27,7 @@ from websockets.sync.client import connect
 
 from responsekit.api.ui.access import SESSION, SESSION_SECONDS
 from responsekit.app import create_app
-from responsekit.sealing import load_keys
+from responsekit.orchestration.sealing import load_keys
 
 from .conftest import DATABASES
 from .harness import serve, text_exchange, wait_for

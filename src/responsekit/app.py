@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from . import __version__, logs, tracing
+from . import __version__
 from .api import conversations, models
 from .api import files as files_api
 from .api import metrics as metrics_api
@@ -25,13 +25,14 @@ from .api.ui import routes as ui
 from .backends.router import ModelRouter
 from .config import Settings
 from .files.service import VectorStores
-from .metrics import Metrics, PoolMembers, ScrapeTime
-from .orchestrator import Orchestrator
-from .outbound import UrlPolicy
-from .record import Recorder
-from .runs import Runs
-from .sealing import Sealer
+from .operations import logs, tracing
+from .operations.metrics import Metrics, PoolMembers, ScrapeTime
+from .operations.record import Recorder
+from .orchestration.orchestrator import Orchestrator
+from .orchestration.runs import Runs
+from .orchestration.sealing import Sealer
 from .store import Store
+from .tools.outbound import UrlPolicy
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from responsekit.events import (
+from responsekit.canonical.events import (
     Event,
     ReasoningDelta,
     TextDelta,

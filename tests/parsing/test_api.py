@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from responsekit.events import Finish, ReasoningDelta, TextDelta, ToolCallStart
+from responsekit.canonical.events import Finish, ReasoningDelta, TextDelta, ToolCallStart
 from responsekit.parsing import (
     Parser,
     ReasoningFilter,

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from responsekit.parsing import detect_format, get_parser
-from responsekit.parsing.derive import TemplateSyntax, derive, reads_sample_call
-from responsekit.parsing.derived_parser import derived_parser
-from responsekit.templates import ChatTemplate, TemplateError
+from responsekit.prompting.derive import TemplateSyntax, derive, reads_sample_call
+from responsekit.prompting.derived_parser import derived_parser
+from responsekit.prompting.templates import ChatTemplate, TemplateError
 
 from .parsing_support import TEMPLATES_DIR, Folded, check_soup, load_cases, no_stalls, run
 from .test_fuzz import COMMON

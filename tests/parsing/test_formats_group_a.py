@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from responsekit.events import Event, TextDelta, ToolCallDelta, ToolCallStart
+from responsekit.canonical.events import Event, TextDelta, ToolCallDelta, ToolCallStart
 from responsekit.parsing import get_parser
 from responsekit.parsing.detect import model_format
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from responsekit.events import ToolCallDelta
+from responsekit.canonical.events import ToolCallDelta
 from responsekit.parsing import get_parser
 
 from .parsing_support import Folded, check_soup, run

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from responsekit.events import ToolCallDelta, ToolCallEnd, ToolCallStart
+from responsekit.canonical.events import ToolCallDelta, ToolCallEnd, ToolCallStart
 from responsekit.parsing.emit import EventBuffer
 from responsekit.parsing.json_stream import JsonCallReader, JsonStringArgs, JsonValueStreamer
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from responsekit.events import Event, ReasoningDelta, TextDelta, ToolCallDelta
+from responsekit.canonical.events import Event, ReasoningDelta, TextDelta, ToolCallDelta
 from responsekit.parsing import get_parser
 from responsekit.parsing.base import StreamParser
 from responsekit.parsing.formats.qwen3_coder_xml import _VALUE_ENDS, Qwen3CoderXmlParser

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from responsekit.events import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from responsekit.canonical.events import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from responsekit.parsing import available_formats
 from responsekit.parsing.base import StreamParser
 

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
-from ..errors import APIError
+from ..canonical.errors import APIError
 
 
 def key_hash(key: str) -> str:

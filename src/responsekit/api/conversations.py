@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import APIError
-from ..ids import new_id
-from ..items import normalize_item
+from ..canonical.errors import APIError
+from ..canonical.ids import new_id
+from ..orchestration.items import normalize_item
 from ..store import DuplicateItem, Store
 from .auth import Owner
 from .http import read_body

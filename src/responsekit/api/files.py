@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 
-from ..errors import APIError
+from ..canonical.errors import APIError
 from ..files.blobs import PIECE
 from ..files.service import VectorStores
 from .auth import Owner

@@ -14,8 +14,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import APIError, error_body, error_type_for_status
-from ..jsontext import json_utf8
+from ..canonical.errors import APIError, error_body, error_type_for_status
+from ..canonical.jsontext import json_utf8
 from .streaming import ClientDisconnected
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client.exposition import choose_encoder
 
-from ..metrics import Metrics, Observation
+from ..operations.metrics import Metrics, Observation
 from .auth import authorize
 
 router = APIRouter()

@@ -16,10 +16,10 @@ import re
 import time
 from typing import Any
 
-from .. import tracing
-from ..ids import new_id
-from ..logs import ACCESS_LOGGER, RequestInfo, current
-from ..metrics import Metrics
+from ..canonical.ids import new_id
+from ..operations import tracing
+from ..operations.logs import ACCESS_LOGGER, RequestInfo, current
+from ..operations.metrics import Metrics
 
 HEADER = b"x-request-id"
 SANE_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")

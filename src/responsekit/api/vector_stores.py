@@ -8,12 +8,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from ..errors import APIError
+from ..canonical.errors import APIError
+from ..canonical.ids import new_id, storable
 from ..files.chunking import strategy
 from ..files.extract import ExtractionError, extract_text
 from ..files.service import VectorStores, not_found
-from ..ids import new_id
-from ..store.database import storable
 from .auth import Owner
 from .http import read_body
 

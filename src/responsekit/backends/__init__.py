@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from ..conversation import GenerationRequest
-from ..events import Event
+from ..canonical.conversation import GenerationRequest
+from ..canonical.events import Event
 
 
 class Backend(Protocol):

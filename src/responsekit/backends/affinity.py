@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import orjson
 
-from ..conversation import GenerationRequest, ImagePart
+from ..canonical.conversation import GenerationRequest, ImagePart
 
 BLOCK = 64
 """Characters per node of the prefix tree: the resolution of a matched prefix (~16 tokens)."""

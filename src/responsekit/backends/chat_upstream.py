@@ -21,9 +21,14 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from ..config import EngineKind, ReasoningMode, UpstreamConfig
-from ..conversation import GenerationRequest, ImagePart, Message, NamedToolChoice, TextPart
-from ..events import (
+from ..canonical.conversation import (
+    GenerationRequest,
+    ImagePart,
+    Message,
+    NamedToolChoice,
+    TextPart,
+)
+from ..canonical.events import (
     Error,
     Event,
     Finish,
@@ -36,10 +41,11 @@ from ..events import (
     ToolCallStart,
     Usage,
 )
-from ..ids import new_id
-from ..jsontext import json_utf8
+from ..canonical.ids import new_id
+from ..canonical.jsontext import json_utf8
+from ..config import EngineKind, ReasoningMode, UpstreamConfig
+from ..operations.record import Recorder, Recording
 from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
-from ..record import Recorder, Recording
 from .engine_http import Answer, engine_http
 
 log = logging.getLogger(__name__)

@@ -16,13 +16,13 @@ from typing import Any
 
 import httpx
 
+from ..canonical.conversation import GenerationRequest
+from ..canonical.events import Error, Event
+from ..canonical.jsontext import json_utf8
 from ..config import UpstreamConfig
-from ..conversation import GenerationRequest
-from ..events import Error, Event
-from ..grammars import Grammar
-from ..jsontext import json_utf8
-from ..record import Recorder, Recording
-from ..templates import ChatTemplate, TemplateError, load_template
+from ..operations.record import Recorder, Recording
+from ..prompting.grammars import Grammar
+from ..prompting.templates import ChatTemplate, TemplateError, load_template
 from .chat_upstream import (
     JSON_HEADERS,
     ChatUpstream,
@@ -31,7 +31,7 @@ from .chat_upstream import (
     timeout_error,
     transport_error,
 )
-from .prompting import ModelPrompting, Plan, text_chunk
+from .model_prompting import ModelPrompting, Plan, text_chunk
 
 log = logging.getLogger(__name__)
 

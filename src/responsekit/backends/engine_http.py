@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import httptools
 import httpx
 
-from .. import tracing
+from ..operations import tracing
 
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection to an engine is kept: less than the 5 s after which uvicorn

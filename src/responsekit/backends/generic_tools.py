@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..conversation import GenerationRequest, NamedToolChoice
+from ..canonical.conversation import GenerationRequest, NamedToolChoice
 from ..parsing.detect import template_format
-from ..templates import ChatTemplate, chat_messages, chat_tools
+from ..prompting.templates import ChatTemplate, chat_messages, chat_tools
 
 FORMAT = "generic_json"
 

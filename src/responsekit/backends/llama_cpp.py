@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..canonical.conversation import GenerationRequest
+from ..canonical.events import Error, Event
 from ..config import LocalModel
-from ..conversation import GenerationRequest
-from ..events import Error, Event
-from ..stop_texts import StopTexts
-from ..templates import ChatTemplate, from_gguf, load_template
+from ..prompting.stop_texts import StopTexts
+from ..prompting.templates import ChatTemplate, from_gguf, load_template
 from .llama_sequence import Sampling, Sequence, load_model
-from .prompting import ModelPrompting, Plan, final_chunk, text_chunk
+from .model_prompting import ModelPrompting, Plan, final_chunk, text_chunk
 
 log = logging.getLogger(__name__)
 

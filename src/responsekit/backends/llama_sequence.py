@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..conversation import GenerationRequest
-from ..grammars import Grammar
+from ..canonical.conversation import GenerationRequest
+from ..prompting.grammars import Grammar
 
 PENALTY_WINDOW = 64
 """Tokens the presence and frequency penalties look back on (llama.cpp's default)."""

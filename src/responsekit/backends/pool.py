@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any, Literal, TypeAlias
 
-from ..conversation import GenerationRequest
-from ..events import Error, Event, Finish
+from ..canonical.conversation import GenerationRequest
+from ..canonical.events import Error, Event, Finish
 from .affinity import BLOCK, PrefixTree, prefix_path, prompt_text, rendezvous
 from .chat_upstream import ChatUpstream
 

@@ -12,12 +12,11 @@ from typing import Any
 
 import httpx
 
-from .. import default_model
+from ..canonical.errors import APIError
 from ..config import LocalModel, Settings, UpstreamConfig
-from ..errors import APIError
-from ..logs import note_model
-from ..record import Recorder
-from . import Backend
+from ..operations.logs import note_model
+from ..operations.record import Recorder
+from . import Backend, default_model
 from .chat_upstream import ChatUpstream
 from .completions import CompletionsUpstream
 from .llama_cpp import LlamaCppBackend

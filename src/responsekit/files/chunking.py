@@ -11,7 +11,7 @@ from typing import Any
 
 import tiktoken
 
-from ..errors import APIError
+from ..canonical.errors import APIError
 
 AUTO = (800, 400)
 """OpenAI's `auto` strategy: 800-token chunks overlapping by 400."""

@@ -16,9 +16,9 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..canonical.errors import APIError
+from ..canonical.ids import new_id
 from ..config import Settings
-from ..errors import APIError
-from ..ids import new_id
 from ..store.database import Database
 from . import filters as attribute_filters
 from .blobs import Blobs, DirectoryBlobs, LargeObjectBlobs

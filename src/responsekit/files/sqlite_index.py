@@ -19,7 +19,7 @@ try:
 except ImportError:  # No pysqlite3-binary wheel off Linux; there Python's sqlite3 can usually load extensions.
     import sqlite3  # type: ignore[no-redef]
 
-from ..dedicated_thread import DedicatedThread
+from ..store.dedicated_thread import DedicatedThread
 from .index import Candidate, mismatch, removal_filter, words
 
 SCHEMA = [

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from responsekit.events import Event
+from responsekit.canonical.events import Event
 from responsekit.parsing.emit import EventBuffer
 from responsekit.parsing.schema import ToolSchemas
 

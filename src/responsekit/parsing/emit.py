@@ -12,7 +12,7 @@ does not depend on how the input was chunked.
 
 from __future__ import annotations
 
-from responsekit.events import (
+from responsekit.canonical.events import (
     Event,
     ReasoningDelta,
     TextDelta,
@@ -20,7 +20,7 @@ from responsekit.events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from responsekit.ids import new_id
+from responsekit.canonical.ids import new_id
 
 # Kinds of reported text (`lane()`, `StreamParser.fast_lane`).
 REASONING = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal, TypeAlias
 
-from responsekit.events import Event, ReasoningDelta, TextDelta
+from responsekit.canonical.events import Event, ReasoningDelta, TextDelta
 
 ReasoningMode: TypeAlias = Literal["separate", "inline", "none"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import tracing
-from ..jsontext import json_utf8
+from ..canonical.jsontext import json_utf8
+from ..operations import tracing
 from .database import Connection, Database, Listener
 from .migrations import migrate
 

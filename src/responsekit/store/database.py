@@ -15,21 +15,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+from ..canonical.ids import storable
+
 Row = Sequence[Any]
-
-
-def storable(text: str) -> bool:
-    """Whether both databases can hold this text: no NUL (PostgreSQL's text refuses it) and
-    no lone surrogate (UTF-8 cannot encode it)."""
-    if "\x00" in text:
-        return False
-    if text.isascii():
-        return True
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def matchable(args: Sequence[Any]) -> bool:

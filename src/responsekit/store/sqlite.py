@@ -22,8 +22,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..dedicated_thread import DedicatedThread
 from .database import Connection, Listener, Row, matchable
+from .dedicated_thread import DedicatedThread
 
 T = TypeVar("T")
 Statement = tuple[str, tuple[Any, ...] | list[tuple[Any, ...]], bool]

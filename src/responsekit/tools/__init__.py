@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..conversation import FunctionTool
+from ..canonical.conversation import FunctionTool
 from .names import ToolOrigin
 
 

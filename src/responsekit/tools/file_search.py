@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import tracing
-from ..conversation import FunctionTool
-from ..errors import APIError
+from ..canonical.conversation import FunctionTool
+from ..canonical.errors import APIError
 from ..files.service import VectorStores
+from ..operations import tracing
 from . import ServerTools, ToolOutcome
 from .names import ToolOrigin
 

@@ -18,12 +18,12 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from .. import tracing
-from ..conversation import FunctionTool
-from ..ids import new_id
-from ..outbound import UrlPolicy
+from ..canonical.conversation import FunctionTool
+from ..canonical.ids import new_id
+from ..operations import tracing
 from . import ServerTools, ToolOutcome
 from .names import ToolOrigin
+from .outbound import UrlPolicy
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ..conversation import FunctionTool
-from ..errors import APIError
+from ..canonical.conversation import FunctionTool
+from ..canonical.errors import APIError
 
 CUSTOM_INPUT = "input"
 """The one argument of a custom tool as the model sees it."""

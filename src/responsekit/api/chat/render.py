@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...errors import error_type_for_status
-from ...events import (
+from ...canonical.errors import error_type_for_status
+from ...canonical.events import (
     Error,
     Event,
     Finish,
@@ -22,7 +22,7 @@ from ...events import (
     ToolCallStart,
     Usage,
 )
-from ...ids import new_id
+from ...canonical.ids import new_id
 
 
 class ChatRenderer:

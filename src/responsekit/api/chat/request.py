@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...conversation import (
+from ...canonical.conversation import (
     FunctionTool,
     GenerationRequest,
     ImagePart,
@@ -23,8 +23,8 @@ from ...conversation import (
     ToolCall,
     ToolChoice,
 )
-from ...errors import APIError
-from ...ids import new_id
+from ...canonical.errors import APIError
+from ...canonical.ids import new_id
 
 log = logging.getLogger(__name__)
 

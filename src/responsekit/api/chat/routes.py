@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ... import tracing
-from ...rendering import drain, raise_for_error, rendered
-from ...sse import SSE_DONE, sse_data
+from ...canonical.sse import SSE_DONE, sse_data
+from ...operations import tracing
+from ...orchestration.rendering import drain, raise_for_error, rendered
 from ..auth import authorize
 from ..http import JSONResponse, read_body
 from ..metrics import observation

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ...events import (
+from ...canonical.events import (
     Error,
     Event,
     Finish,
@@ -34,8 +34,8 @@ from ...events import (
     ToolCallStart,
     Usage,
 )
-from ...ids import new_id
-from ...stop_texts import StopTexts
+from ...canonical.ids import new_id
+from ...prompting.stop_texts import StopTexts
 
 log = logging.getLogger(__name__)
 

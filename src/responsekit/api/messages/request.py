@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...conversation import (
+from ...canonical.conversation import (
     FunctionTool,
     GenerationRequest,
     ImagePart,
@@ -29,9 +29,9 @@ from ...conversation import (
     ToolCall,
     ToolChoice,
 )
-from ...errors import APIError
+from ...canonical.errors import APIError
 from ...files.extract import ExtractionError, extract_text
-from ...sealing import Sealer
+from ...orchestration.sealing import Sealer
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ... import tracing
 from ...backends import Backend
-from ...conversation import GenerationRequest
-from ...rendering import drain, rendered
-from ...sse import sse_event
+from ...canonical.conversation import GenerationRequest
+from ...canonical.sse import sse_event
+from ...operations import tracing
+from ...orchestration.rendering import drain, rendered
 from ..auth import authorize
 from ..http import JSONResponse, error_envelope, read_body
 from ..metrics import observation

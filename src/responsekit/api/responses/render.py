@@ -17,8 +17,8 @@ from typing import Any
 
 import jiter
 
-from ...errors import error_type_for_status
-from ...events import (
+from ...canonical.errors import error_type_for_status
+from ...canonical.events import (
     Error,
     Event,
     Finish,
@@ -32,7 +32,7 @@ from ...events import (
     ToolResult,
     Usage,
 )
-from ...ids import new_id
+from ...canonical.ids import new_id
 from ...tools.names import CUSTOM_INPUT, ToolSet
 
 log = logging.getLogger(__name__)

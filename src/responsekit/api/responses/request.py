@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ...conversation import GenerationRequest, Message, TextPart
-from ...errors import APIError
-from ...ids import new_id
-from ...orchestrator import ResponseRequest
-from ...sealing import Sealer
+from ...canonical.conversation import GenerationRequest, Message, TextPart
+from ...canonical.errors import APIError
+from ...canonical.ids import new_id
+from ...orchestration.orchestrator import ResponseRequest
+from ...orchestration.sealing import Sealer
 from ...tools.names import ToolSet
 from .render import ResponseRenderer
 from .tools import translate_tool_choice, translate_tools

@@ -11,12 +11,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...errors import APIError
-from ...ids import new_id
-from ...items import normalize_items
-from ...orchestrator import Orchestrator
-from ...rendering import raise_for_error
-from ...sse import SSE_DONE, sse_event
+from ...canonical.errors import APIError
+from ...canonical.ids import new_id
+from ...canonical.sse import SSE_DONE, sse_event
+from ...orchestration.items import normalize_items
+from ...orchestration.orchestrator import Orchestrator
+from ...orchestration.rendering import raise_for_error
 from ...store import RUNNING, paginate
 from ..auth import Owner, authorize
 from ..http import JSONResponse, read_body

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...conversation import FunctionTool, NamedToolChoice, ToolChoice
-from ...errors import APIError
+from ...canonical.conversation import FunctionTool, NamedToolChoice, ToolChoice
+from ...canonical.errors import APIError
 from ...tools.names import CUSTOM_INPUT, ToolOrigin, ToolSet
 
 log = logging.getLogger(__name__)

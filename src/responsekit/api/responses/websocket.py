@@ -21,9 +21,9 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from ...errors import APIError
-from ...orchestrator import History, Orchestrator
-from ...sse import dumps
+from ...canonical.errors import APIError
+from ...canonical.sse import dumps
+from ...orchestration.orchestrator import History, Orchestrator
 from ..auth import authorize
 from ..http import validation_error
 from .request import CreateResponse, translate

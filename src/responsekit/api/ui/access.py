@@ -14,7 +14,7 @@ import ipaddress
 
 from starlette.requests import Request
 
-from ...sealing import Sealer
+from ...orchestration.sealing import Sealer
 
 COOKIE = "responsekit_ui"
 SESSION = "ui-session"

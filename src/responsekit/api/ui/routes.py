@@ -24,10 +24,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.staticfiles import StaticFiles
 
-from ...flights import Flights
-from ...record import Recorder
-from ...runs import Runs
-from ...sse import SSE_DONE
+from ...canonical.sse import SSE_DONE
+from ...operations.record import Recorder
+from ...orchestration.flights import Flights
+from ...orchestration.runs import Runs
 from ...store import Inspected, Store
 from ..streaming import event_stream
 from . import view as views

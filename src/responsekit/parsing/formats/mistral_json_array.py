@@ -20,7 +20,7 @@ import string
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from responsekit.events import ToolCallDelta
+from responsekit.canonical.events import ToolCallDelta
 from responsekit.parsing.base import Handler
 from responsekit.parsing.emit import EventBuffer
 from responsekit.parsing.json_stream import JsonCallReader

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from rich.logging import RichHandler
 
-from .jsontext import json_utf8
+from ..canonical.jsontext import json_utf8
 
 LogFormat = Literal["text", "json"]
 

@@ -24,8 +24,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .events import Error, Event, ReasoningDelta, RefusalDelta, TextDelta, ToolCallStart, Usage
-from .store.database import Connection, Database, Listener, Row
+from ..canonical.events import (
+    Error,
+    Event,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallStart,
+    Usage,
+)
+from ..store.database import Connection, Database, Listener, Row
 
 OUTPUT = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart)
 """Events that are output tokens: the first one is the time to first token."""

@@ -17,13 +17,11 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import tracing
-from .assist import compaction_summary, summarize_reasoning
-from .backends import Backend
-from .backends.router import ModelRouter
-from .conversation import GenerationRequest, Message, TextPart, ToolCall
-from .errors import APIError
-from .events import (
+from ..backends import Backend
+from ..backends.router import ModelRouter
+from ..canonical.conversation import GenerationRequest, Message, TextPart, ToolCall
+from ..canonical.errors import APIError
+from ..canonical.events import (
     Error,
     Event,
     Finish,
@@ -35,23 +33,25 @@ from .events import (
     ToolResult,
     Usage,
 )
-from .files.service import VectorStores
+from ..canonical.ids import new_id
+from ..files.service import VectorStores
+from ..operations import tracing
+from ..operations.logs import request_id
+from ..operations.metrics import Observation
+from ..store import Store
+from ..tools import ServerTools
+from ..tools.file_search import add_file_search
+from ..tools.mcp import McpServer, add_mcp_servers
+from ..tools.names import ToolSet
+from ..tools.outbound import UrlPolicy
+from .assist import compaction_summary, summarize_reasoning
 from .flights import Flights
 from .history import translate_items
-from .ids import new_id
 from .items import normalize_items
-from .logs import request_id
-from .metrics import Observation
-from .outbound import UrlPolicy
 from .rendering import rendered
 from .runs import TERMINAL, ResponseRendering, Run, Runs
 from .sealing import Sealer
-from .store import Store
 from .timeline import Timeline
-from .tools import ServerTools
-from .tools.file_search import add_file_search
-from .tools.mcp import McpServer, add_mcp_servers
-from .tools.names import ToolSet
 
 log = logging.getLogger(__name__)
 

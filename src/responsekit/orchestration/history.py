@@ -14,10 +14,10 @@ import json
 import logging
 from typing import Any
 
-from .conversation import ImagePart, Message, Part, TextPart, ToolCall
-from .ids import new_id
-from .tools.file_search import format_results
-from .tools.names import CUSTOM_INPUT, ToolSet
+from ..canonical.conversation import ImagePart, Message, Part, TextPart, ToolCall
+from ..canonical.ids import new_id
+from ..tools.file_search import format_results
+from ..tools.names import CUSTOM_INPUT, ToolSet
 
 log = logging.getLogger(__name__)
 

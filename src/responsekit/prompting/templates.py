@@ -25,8 +25,8 @@ from jinja2 import meta, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import SandboxedEnvironment
 
+from ..canonical.conversation import GenerationRequest, ImagePart, Message
 from .builtin_templates import BUILTIN_TEMPLATES, choose_template
-from .conversation import GenerationRequest, ImagePart, Message
 from .gguf_metadata import GGUFError, read_metadata
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..canonical.sse import dumps, sse_frame
 from .runs import TERMINAL
-from .sse import dumps, sse_frame
 from .timeline import Timeline
 
 SNAPSHOT = "inspector.snapshot"

@@ -20,7 +20,6 @@ from typing import Any
 
 from responsekit.parsing.bare_json import BareJsonParser
 from responsekit.parsing.base import Handler
-from responsekit.parsing.derive import CallShape, TemplateSyntax
 from responsekit.parsing.emit import ARGS
 from responsekit.parsing.json_stream import (
     STRING_STOPS,
@@ -30,6 +29,7 @@ from responsekit.parsing.json_stream import (
 )
 from responsekit.parsing.markers import MarkerScanner
 from responsekit.parsing.xml_args import ArgsWriter, escape
+from responsekit.prompting.derive import CallShape, TemplateSyntax
 
 _WS = " \t\r\n"
 

@@ -12,12 +12,12 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
-from . import connect as codex_setup
+from ..app import create_app
+from ..config import load_settings, parse_pairs, parse_upstream
+from ..operations import logs
+from ..orchestration.sealing import rotate_keys
 from . import connect_claude as claude_setup
-from . import logs
-from .app import create_app
-from .config import load_settings, parse_pairs, parse_upstream
-from .sealing import rotate_keys
+from . import connect_codex as codex_setup
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The OpenAI Responses API for any model.")
 
@@ -271,8 +271,8 @@ def files_add(
     import openai
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .files.upload import add_files, files_in
-    from .files.upload import vector_store as find_store
+    from ..files.upload import add_files, files_in
+    from ..files.upload import vector_store as find_store
 
     paths, skipped = files_in(directory)
     for path in skipped:
@@ -311,9 +311,9 @@ def template_inspect(
 ) -> None:
     """The reasoning and tool-call syntax derived from the template by rendering probe
     conversations (issue 18), and the hand-written format whose markers it holds, if any."""
-    from .backends.prompting import ModelPrompting
-    from .parsing.derive import derive
-    from .templates import TemplateError, load_template
+    from ..backends.model_prompting import ModelPrompting
+    from ..prompting.derive import derive
+    from ..prompting.templates import TemplateError, load_template
 
     try:
         template = load_template(file)

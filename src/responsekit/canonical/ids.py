@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import secrets
 
-from .store.database import storable
-
 MAX_CLIENT_ID = 512
 """Characters of an id a client chooses for an object to store (an input item's `id`): PostgreSQL
 indexes item ids, and one index entry holds at most about 2.7 kB."""
@@ -19,3 +17,17 @@ def new_id(prefix: str) -> str:
 def storable_id(value: str) -> bool:
     """Whether an id a client chose can be stored, and found again, on both databases (issue 14)."""
     return len(value) <= MAX_CLIENT_ID and storable(value)
+
+
+def storable(text: str) -> bool:
+    """Whether both databases can hold this text: no NUL (PostgreSQL's text refuses it) and
+    no lone surrogate (UTF-8 cannot encode it)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

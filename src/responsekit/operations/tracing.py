@@ -28,9 +28,8 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractContextManager, aclosing, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from . import logs
-from .conversation import GenerationRequest, TextPart
-from .events import (
+from ..canonical.conversation import GenerationRequest, TextPart
+from ..canonical.events import (
     Error,
     Event,
     Finish,
@@ -40,9 +39,10 @@ from .events import (
     ToolCallStart,
     Usage,
 )
+from . import logs
 
 if TYPE_CHECKING:
-    from .backends import Backend
+    from ..backends import Backend
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .conversation import FunctionTool
+from ..canonical.conversation import FunctionTool
 
 if TYPE_CHECKING:
-    from .parsing.derive import TemplateSyntax
+    from .derive import TemplateSyntax
 
 JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
 """A character of a JSON string: escaped, or anything but a quote, a backslash or a control character."""

@@ -12,7 +12,7 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
-from .errors import APIError
+from ..canonical.errors import APIError
 
 
 class UrlPolicy:

@@ -14,16 +14,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .. import grammars
+from ..canonical.conversation import GenerationRequest, NamedToolChoice
+from ..canonical.errors import APIError
+from ..canonical.events import Error
 from ..config import ReasoningMode
-from ..conversation import GenerationRequest, NamedToolChoice
-from ..errors import APIError
-from ..events import Error
 from ..parsing import Parser, detect_format, get_parser
-from ..parsing.derive import TemplateSyntax, derive, reads_sample_call
-from ..parsing.derived_parser import NAME as DERIVED
-from ..parsing.derived_parser import derived_parser
-from ..templates import ChatTemplate, TemplateError
+from ..prompting import grammars
+from ..prompting.derive import TemplateSyntax, derive, reads_sample_call
+from ..prompting.derived_parser import NAME as DERIVED
+from ..prompting.derived_parser import derived_parser
+from ..prompting.templates import ChatTemplate, TemplateError
 from . import generic_tools
 from .chat_upstream import ChunkTranslator, OutputParsing
 

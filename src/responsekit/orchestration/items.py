@@ -12,7 +12,7 @@ import json
 import logging
 from typing import Any
 
-from .ids import MAX_CLIENT_ID, new_id, storable_id
+from ..canonical.ids import MAX_CLIENT_ID, new_id, storable_id
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Protocol
 
-from .errors import APIError, error_type_for_status
-from .events import Error, Event, Usage
-from .metrics import CLIENT_LEFT, Observation
+from ..canonical.errors import APIError, error_type_for_status
+from ..canonical.events import Error, Event, Usage
+from ..operations.metrics import CLIENT_LEFT, Observation
 
 ENDINGS = frozenset({Usage, Error})
 

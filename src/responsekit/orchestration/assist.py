@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable
 
-from . import tracing
-from .backends.router import ModelRouter
-from .conversation import GenerationRequest, Message, TextPart
-from .events import Error, TextDelta, Usage
+from ..backends.router import ModelRouter
+from ..canonical.conversation import GenerationRequest, Message, TextPart
+from ..canonical.events import Error, TextDelta, Usage
+from ..operations import tracing
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Protocol
 
-from .events import Error
+from ..canonical.events import Error
+from ..canonical.sse import dumps, sse_frame
+from ..store import Store
 from .rendering import Renderer
-from .sse import dumps, sse_frame
-from .store import Store
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .logs import request_arrived
+from ..operations.logs import request_arrived
 from .runs import TERMINAL
 
 

@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from responsekit.events import ToolCallDelta, ToolCallStart
+from responsekit.canonical.events import ToolCallDelta, ToolCallStart
 from responsekit.parsing.base import Parser
-from responsekit.templates import ChatTemplate, TemplateError
+from responsekit.prompting.templates import ChatTemplate, TemplateError
 
 CallStyle = Literal["envelope", "name_json", "key_value"]
 
