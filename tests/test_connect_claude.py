@@ -1,4 +1,4 @@
-"""`responsekit connect claude` (issue 15): Claude Code's environment, printed or merged into settings.json."""
+"""`responsekit connect claude`: Claude Code's environment, printed or merged into settings.json."""
 
 from __future__ import annotations
 
