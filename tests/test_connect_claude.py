@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import shlex
 
-from responsekit.cli.main import app
 from typer.testing import CliRunner
+
+from responsekit.cli.main import app
 
 
 def connect(*args: str) -> tuple[int, str]:

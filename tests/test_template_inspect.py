@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from responsekit.cli.main import app
 from typer.testing import CliRunner
+
+from responsekit.cli.main import app
 
 TEMPLATES = Path(__file__).parent / "data" / "formats" / "templates"
 
