@@ -47,7 +47,7 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	npm ci --prefix tests/js --no-audit --no-fund </dev/null
 	touch $@
 
-# The browser tests/test_ui.py drives (issue 16): Debian's chromium, installed when missing and
+# The browser tests/test_ui.py drives: Debian's chromium, installed when missing and
 # apt-get can run (as root); Playwright is told its path, so it downloads no browser of its own.
 CHROMIUM := /usr/bin/chromium
 chromium:
@@ -56,7 +56,7 @@ chromium:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-# The load balancer tests/test_replicas.py puts in front of two replicas (issue 17): Debian's
+# The load balancer tests/test_replicas.py puts in front of two replicas: Debian's
 # haproxy, installed when missing and apt-get can run (as root); without it that test is skipped.
 haproxy:
 	@if ! command -v haproxy >/dev/null && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \

@@ -1,5 +1,5 @@
 """What cache affinity buys an engine pool: time to first token of a conversation's later turns
-when they go back to the engine that holds their prompt, against round robin (issue 17).
+when they go back to the engine that holds their prompt, against round robin.
 
 Two llama-cpp-python servers (`tests/llama_server.py`, one thread each, a request at a time: the
 next waits instead of interrupting it) run the real Gemma 3 270M model. Each keeps the KV cache
@@ -177,7 +177,7 @@ def main() -> None:
 def report(args: argparse.Namespace, results: dict[tuple[str, str], list[float]], minutes: float,
            load: tuple[float, float]) -> str:  # fmt: skip
     lines = [
-        "## Cache affinity in an engine pool (`bench/affinity.py`, issue 17)",
+        "## Cache affinity in an engine pool (`bench/affinity.py`)",
         "",
         f"`.venv/bin/python bench/affinity.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
         (f"{datetime.date.today()}, {describe()}; two llama-cpp-python servers on the real Gemma 3 270M (Q4_K_M), "

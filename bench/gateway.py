@@ -200,7 +200,7 @@ def responses_target(port: int, model: str, headers: dict[str, str] | None = Non
 
 
 def messages_target(port: int, model: str) -> Target:
-    """Anthropic's Messages API (issue 15), as Claude Code calls it: `max_tokens` is required."""
+    """Anthropic's Messages API, as Claude Code calls it: `max_tokens` is required."""
     return Target("127.0.0.1", port, "/v1/messages",
                   {"model": model, "max_tokens": 1024, "messages": [{"role": "user", "content": PROMPT}]},
                   {"anthropic-version": "2023-06-01"})  # fmt: skip
@@ -320,7 +320,7 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
         Gateway("ResponseKit /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", rk.pid),
         Gateway("ResponseKit /v1/messages", messages_target(port, MODEL), b"message_stop", rk.pid, hold),
     ]  # fmt: skip
-    if without_metrics:  # the same server with --no-metrics, taking turns with the one above (issue 16)
+    if without_metrics:  # the same server with --no-metrics, taking turns with the one above
         port = free_port()
         command = [*serve, "--port", str(port), "--data-dir", str(data / "responsekit-no-metrics"), "--no-metrics"]
         bare = stack.enter_context(service("responsekit --no-metrics", command, f"http://127.0.0.1:{port}/health"))
@@ -329,7 +329,7 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
             Gateway("ResponseKit --no-metrics /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", bare.pid),
             Gateway("ResponseKit --no-metrics /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
         ]  # fmt: skip
-    if with_traces:  # the same server with traces on, exported to a sink that drops them (issue 16)
+    if with_traces:  # the same server with traces on, exported to a sink that drops them
         sink_port, port = free_port(), free_port()
         stack.enter_context(service("otlp-sink", [sys.executable, str(HERE / "otlp_sink.py"), "--port", str(sink_port)],
                                     f"http://127.0.0.1:{sink_port}/"))  # fmt: skip

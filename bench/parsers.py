@@ -2,7 +2,7 @@
 
 A parser that re-parsed the accumulated text at every token (llama.cpp's approach)
 would be quadratic: its token-by-token time would be thousands of times its one-shot
-time, and its cost per token would grow with the output.  The issue asks for a
+time, and its cost per token would grow with the output.  The target is a
 token-by-token/at-once ratio under 2.  The table also shows the cost per token for a
 10k-token and a 100k-token output: for a linear parser the two are equal ("growth"
 near 1), whatever fixed cost each `feed()` call has.
@@ -47,7 +47,7 @@ from responsekit.prompting.derived_parser import derived_parser
 from responsekit.prompting.templates import ChatTemplate
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "tests" / "data" / "formats" / "templates"
-DERIVED = {  # parsers derived from a template (issue 18), on the text its model writes
+DERIVED = {  # parsers derived from a template, on the text its model writes
     "derived:hermes": ("Qwen-Qwen3-0.6B", "hermes_json"),
     "derived:qwen3coder": ("Qwen3.5-4B", "qwen3_coder_xml"),
     "derived:solar": ("upstage-Solar-Open-100B", "solar_open"),

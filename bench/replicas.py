@@ -1,4 +1,4 @@
-"""How late a follower on one replica hears of a background run's events on another (issue 17).
+"""How late a follower on one replica hears of a background run's events on another.
 
 Two `responsekit serve` replicas share one PostgreSQL; `bench/fake_engine.py` streams answers
 of `--tokens` tokens, one every `--intervals` seconds (one engine each). A client starts background streams on

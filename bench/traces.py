@@ -1,4 +1,4 @@
-"""What OpenTelemetry traces cost, against a control (issue 16: within 5% of untraced).
+"""What OpenTelemetry traces cost, against a control (the target: within 5% of untraced).
 
 One engine (`bench/fake_engine.py`, 32-token answers sent at once, so the gateway's own cost
 is all there is) and four ResponseKit processes on it: two untraced (the second is the

@@ -412,7 +412,7 @@ def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 def check_terminal_output(events: list[dict[str, Any]]) -> None:
     """What ends a stream holds every item the stream announced done, as announced, whatever
-    the response's status (issue 14): `output_item.done` says an item is final. For any
+    the response's status: `output_item.done` says an item is final. For any
     stream, also one whose runner died before closing its items."""
     done = {e["output_index"]: e["item"] for e in events if e["type"] == "response.output_item.done"}
     output = events[-1]["response"]["output"]

@@ -1,4 +1,4 @@
-"""The PostgreSQL the state tests run on (issue 14): a running server, or one of their own.
+"""The PostgreSQL the state tests run on: a running server, or one of their own.
 
 `choose()` decides once per session, at collection:
 

@@ -129,7 +129,7 @@ def test_malformed_mcp_tools_are_400s(server):
     assert server.upstream.requests == []
 
 
-# --- ids no store can hold (issue 14) -----------------------------------------------------
+# --- ids no store can hold ----------------------------------------------------------------
 
 # Ids no stored object has: lone surrogates (valid JSON: `"\ud800"`), NULs (PostgreSQL's text
 # refuses them), very long or odd text. URLs cannot carry a surrogate; bodies can.

@@ -1,4 +1,4 @@
-"""Claude Code itself (npm `@anthropic-ai/claude-code`) on ResponseKit's Messages API (issue 15).
+"""Claude Code itself (npm `@anthropic-ai/claude-code`) on ResponseKit's Messages API.
 
 `claude -p` runs headless against the test server; the scripted engine behind it reasons and asks
 for a Bash command, Claude Code runs it and sends the result, and the engine's answer quotes the

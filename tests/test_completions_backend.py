@@ -232,7 +232,7 @@ def test_a_template_refusal_never_reaches_the_engine(tmp_path: Path) -> None:
 
 
 def test_a_harmony_model_gets_its_call_grammars(tmp_path: Path) -> None:
-    """gpt-oss behind a raw engine (issue 18): `required` sends Harmony's forced call grammar
+    """gpt-oss behind a raw engine: `required` sends Harmony's forced call grammar
     and `auto` its lazy one, triggered by the recipient its template writes; the call the
     template renders comes back as that call."""
     engine = ScriptedCompletions("llamacpp")

@@ -1,12 +1,13 @@
-"""`responsekit connect claude` (issue 15): Claude Code's environment, printed or merged into settings.json."""
+"""`responsekit connect claude`: Claude Code's environment, printed or merged into settings.json."""
 
 from __future__ import annotations
 
 import json
 import shlex
 
-from responsekit.cli.main import app
 from typer.testing import CliRunner
+
+from responsekit.cli.main import app
 
 
 def connect(*args: str) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""The embedded default model (issue 14): with no engine configured or found, a fresh server
+"""The embedded default model: with no engine configured or found, a fresh server
 serves the real Gemma 3 270M in-process, says so, and answers; `--no-default-model` and its
 environment and TOML forms turn that off."""
 

@@ -1,4 +1,4 @@
-"""Grammars and parser selection from a derived template syntax (issue 18 parts 2 and 3):
+"""Grammars and parser selection from a derived template syntax:
 what a model writes under the grammar derived from a template is read back by the parser
 derived from the same template."""
 
@@ -56,7 +56,8 @@ def model(tiny_gguf: Path) -> Any:
 
 def test_most_templates_get_a_call_grammar() -> None:
     """Every template whose call shape was derived, but for arguments written as JSON text
-    or DSML's typed key headers, gets a grammar; the issue's failures among them."""
+    or DSML's typed key headers, gets a grammar; the templates no parser read before the
+    derived one among them."""
     assert len(WITH_GRAMMAR) >= 40
     for name in ("GigaChat3.1-10B-A1.8B", "unsloth-Apriel-1.5", "upstage-Solar-Open-100B", "tencent-Hy3",
                  "openbmb-MiniCPM5-1B"):  # fmt: skip

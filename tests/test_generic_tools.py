@@ -1,4 +1,4 @@
-"""Tool calls for models whose chat template has no tool syntax (issue 14, part 4): the tools
+"""Tool calls for models whose chat template has no tool syntax: the tools
 and a JSON protocol go in the system message, a grammar makes the output one JSON object of
 calls (or, with `auto`, of the answer), and the `generic_json` parser reads it back.
 

@@ -75,7 +75,7 @@ def test_record_and_replay(upstream, tmp_path):
         with httpx.stream("POST", f"{url}/v1/responses", json=body) as answer:
             original = check_stream(read_sse(answer.iter_lines())[0])
     (file,) = tmp_path.glob("*.json")
-    # Named and marked with the id of the request it served, for the inspector (issue 16).
+    # Named and marked with the id of the request it served, for the inspector.
     served = answer.headers["x-request-id"]
     assert file.name.endswith(f"-eng_1--{served}.json")
     recording = json.loads(file.read_text())

@@ -1,4 +1,4 @@
-"""`/v1/messages`: Anthropic's Messages API rendered from the canonical stream (issue 15).
+"""`/v1/messages`: Anthropic's Messages API rendered from the canonical stream.
 
 Every streamed event is validated strictly against the `anthropic` SDK's own types, and the
 non-streamed `Message` too; the SDK's client drives the API as Anthropic's users do.

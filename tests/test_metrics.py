@@ -1,4 +1,4 @@
-"""`GET /metrics` (issue 16): the Prometheus exposition after real requests on every frontend,
+"""`GET /metrics`: the Prometheus exposition after real requests on every frontend,
 parsed with prometheus-client's own parser."""
 
 from __future__ import annotations

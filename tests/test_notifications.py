@@ -1,4 +1,4 @@
-"""Store notifications (issue 17): a transaction's notifications reach listeners once it
+"""Store notifications: a transaction's notifications reach listeners once it
 commits, never when it rolls back; on PostgreSQL they cross processes on a connection of
 their own, which is opened again when it drops."""
 

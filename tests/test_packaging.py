@@ -1,4 +1,4 @@
-"""The package, installed without extras into a fresh virtualenv, serves (issue 14).
+"""The package, installed without extras into a fresh virtualenv, serves.
 
 `responsekit serve` must start on its base dependencies alone. The shared test environment
 has every extra and every test dependency, so a module that only they bring (jinja2 once

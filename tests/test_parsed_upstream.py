@@ -246,7 +246,7 @@ def test_auto_detects_from_the_model_name(server, upstream_options):
 
 @pytest.mark.parametrize("upstream_options", [{"parser": "template", "models": ["Qwen3-8B"]}])
 def test_parser_template_on_a_chat_upstream_detects_from_the_model_name(server, upstream_options, caplog):
-    """A chat upstream keeps its template to itself (issue 18): `template` says so in the log
+    """A chat upstream keeps its template to itself: `template` says so in the log
     and reads the output as `auto` does."""
     server.upstream.push(raw_exchange(HERMES_PIECES))
     with caplog.at_level(logging.WARNING, "responsekit.backends.chat_upstream"):

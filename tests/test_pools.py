@@ -1,4 +1,4 @@
-"""Engine pools (issue 17): requests spread over the members serving a model, stick to the
+"""Engine pools: requests spread over the members serving a model, stick to the
 member that caches their prompt, and go elsewhere when a member fails before answering."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _served_by(text: str) -> str:
 
 @pytest.mark.parametrize("balance", ["affinity", "least_loaded", "round_robin"])
 def test_unrelated_requests_spread_over_the_pool(pair, tmp_path, balance):
-    """Today's first-upstream-wins sent all 20 to the first engine (issue 17)."""
+    """Spread evenly; before pools, the first upstream serving a model got all 20."""
     with _gateway(tmp_path, *_upstreams(*pair), balance=balance) as url:
         served = [_chat(url, f"Unrelated question number {n}?") for n in range(20)]
     assert served.count("a") == served.count("b") == 10

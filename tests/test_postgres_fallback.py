@@ -1,5 +1,5 @@
 """tests/postgres.py: where the configured server does not answer, the PostgreSQL half still
-runs on a private cluster, or says in one line how to enable it (issue 14).
+runs on a private cluster, or says in one line how to enable it.
 
 `make test` and CI normally find the server at 127.0.0.1:5432, so this is where the fallback
 itself is exercised.

@@ -1,4 +1,4 @@
-"""A real model through the product (issue 14): the Gemma 3 270M GGUF (a base model without a
+"""A real model through the product: the Gemma 3 270M GGUF (a base model without a
 chat template) run in-process, behind llama-cpp-python's own OpenAI-compatible server as a
 chat upstream, and behind the same server's raw `/v1/completions` with the template
 rendered by ResponseKit.

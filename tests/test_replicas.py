@@ -1,5 +1,5 @@
 """Two replicas behind a real load balancer (HAProxy) on one PostgreSQL, one of them killed
-with SIGKILL under load (issue 17, part 4).
+with SIGKILL under load.
 
 Clients only ever talk to HAProxy, which tells which replica answered in an `x-replica`
 header. The test checks what a user of such a deployment relies on: every response a client

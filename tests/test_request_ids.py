@@ -1,4 +1,4 @@
-"""Request ids (issue 16): `x-request-id` on every answer, in log lines (text and JSON) and in the store."""
+"""Request ids: `x-request-id` on every answer, in log lines (text and JSON) and in the store."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def test_generated_requests_get_no_server_error(api_url: str, case: schemathesis
     response = case.call(base_url=api_url, timeout=60)
     assert response.status_code < 500, f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:500]}"
     if response.status_code >= 400 and response.headers.get("content-type", [""])[0].startswith("application/json"):
-        if case.path.startswith("/v1/messages"):  # Anthropic's envelope on its API (issue 15)
+        if case.path.startswith("/v1/messages"):  # Anthropic's envelope on its API
             assert response.json()["type"] == "error" and set(response.json()["error"]) == {"type", "message"}
         else:
             assert set(response.json()["error"]) == {"message", "type", "param", "code"}

@@ -290,7 +290,7 @@ def test_input_tokens_by_engine_kind(upstream, database_url, kind, tokens, estim
 
 
 def test_the_inspector_listing_and_inspected_response(database_url):
-    """`Store.listing` (issue 16): one owner's responses and conversations, newest first, filtered,
+    """`Store.listing`: one owner's responses and conversations, newest first, filtered,
     paged without loss or repetition; `Store.inspected` with the chain, inputs, request id, timeline."""
     import asyncio
 

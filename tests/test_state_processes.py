@@ -37,7 +37,7 @@ def test_two_replicas_share_responses_and_streams(upstream, database_url):
     upstream.time_scale = 1.0
     upstream.push(slow_exchange(60, 0.03), slow_exchange(400, 0.05))
     # Leases so long that no maintenance round runs during the test: a cancellation asked on B
-    # reaches A by notification alone (issue 17).
+    # reaches A by notification alone.
     first, url_a = replica(upstream, database_url, RESPONSEKIT_LEASE_SECONDS="120")
     second, url_b = replica(upstream, database_url, RESPONSEKIT_LEASE_SECONDS="120")
     try:
@@ -168,7 +168,7 @@ def _streamed_run(url: str) -> tuple[list[dict], threading.Thread]:
 
 @pytest.mark.parametrize("database_url", [d for d in DATABASES if d == "postgres"], indirect=True)
 def test_a_background_run_ends_for_its_followers_only_once_stored(upstream, database_url):
-    """A client must never see a run complete that a crash could still lose (issue 17): while
+    """A client must never see a run complete that a crash could still lose: while
     another transaction holds the response's row, the run cannot store its end, and its
     follower gets every event but the terminal one."""
     upstream.time_scale = 1.0
@@ -212,7 +212,7 @@ async def _hold_row(database_url: str, response_id: str, holding: threading.Even
 @pytest.mark.parametrize("database_url", [d for d in DATABASES if d == "postgres"], indirect=True)
 def test_a_replica_stalled_past_its_lease_gives_its_run_up(upstream, database_url):
     """A replica that stops (SIGSTOP: a frozen machine, a long pause) for longer than a lease has
-    its background run failed by another (issue 17). Once it runs again it stops that run rather
+    its background run failed by another. Once it runs again it stops that run rather
     than write over the end, and a client it was streaming the run to gets the stored end."""
     upstream.time_scale = 1.0
     upstream.push(slow_exchange(400, 0.02))
@@ -247,7 +247,7 @@ def test_a_replica_stalled_past_its_lease_gives_its_run_up(upstream, database_ur
 def test_a_replica_stalled_for_most_of_half_its_lease_keeps_its_run(upstream, database_url):
     """A live replica that stalls (a long pause, an overloaded machine: SIGSTOP here) keeps its
     background run: leases are renewed every sixth of a lease for two thirds of one, so a
-    renewal may come half a lease late (issue 17) before another replica, sweeping every sixth
+    renewal may come half a lease late before another replica, sweeping every sixth
     of a lease, fails the run. Stalls of 0.4 of a lease leave the woken replica 0.3 s to renew."""
     upstream.time_scale = 1.0
     upstream.push(slow_exchange(150, 0.04))

@@ -1,4 +1,4 @@
-"""Every real chat template, tried as a new user would (issue 18, part 5).
+"""Every real chat template, tried as a new user would.
 
 For each template of `tests/data/formats/templates` that can render a tool call after its
 own generation prompt, a raw `/v1/completions` engine answers with exactly that call (a

@@ -1,4 +1,4 @@
-"""GGUFs without a chat template (issue 14): a built-in template is chosen from the model's
+"""GGUFs without a chat template: a built-in template is chosen from the model's
 architecture and special tokens, renders every role, stops at the family's end of turn,
 adds no second BOS, and `--chat-template` still replaces it; on tiny GGUFs of each family
 and on the real Gemma 3 270M (a base model whose file has no template)."""

@@ -1,12 +1,13 @@
-"""`responsekit template inspect FILE` (issue 18 part 1)."""
+"""`responsekit template inspect FILE` (docs/parsing.md)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from responsekit.cli.main import app
 from typer.testing import CliRunner
+
+from responsekit.cli.main import app
 
 TEMPLATES = Path(__file__).parent / "data" / "formats" / "templates"
 
@@ -42,7 +43,7 @@ def test_a_tokenizer_config_names_the_hand_written_format_it_matches(tmp_path: P
 
 def test_a_gguf_s_template_is_read_from_its_metadata(gemma_gguf: Path) -> None:
     """The Gemma 3 GGUF's template writes calls only as the generic JSON protocol the
-    server describes to it (issue 14), which it keeps."""
+    server describes to it (`backends/generic_tools.py`), which it keeps."""
     output = inspect(gemma_gguf)
     assert "end of turn:            '<end_of_turn>', '<eos>'" in output
     assert (

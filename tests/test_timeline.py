@@ -1,4 +1,4 @@
-"""`Timeline` (issue 16): a response's events as a few entries, deltas on one item folded into one."""
+"""`Timeline`: a response's events as a few entries, deltas on one item folded into one."""
 
 from __future__ import annotations
 

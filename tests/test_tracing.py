@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 16): ResponseKit as a command, exporting OTLP/HTTP to a real receiver on loopback."""
+"""OpenTelemetry traces: ResponseKit as a command, exporting OTLP/HTTP to a real receiver on loopback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The inspector at `/ui` (issue 16), in a real browser: Debian's headless Chromium driven by Playwright.
+"""The inspector at `/ui`, in a real browser: Debian's headless Chromium driven by Playwright.
 
 Every test runs the real server on loopback against the scripted engine and looks at the pages
 as a user would: the list, a response's page (input, output, timings, request id, chain, the

@@ -54,7 +54,7 @@ FAMILIES = {
                         "<|end_of_text|>", "<|end_of_text|>"),
     "plain": Specials(("<s>", "</s>"), "<s>", "</s>", "</s>", add_bos=True),
 }  # fmt: skip
-"""Special tokens of the families whose built-in templates a GGUF without one gets (issue 14);
+"""Special tokens of the families whose built-in templates a GGUF without one gets;
 `plain` has no turn markers at all (a base model's vocabulary)."""
 
 HERMES_TEMPLATE = """{%- if tools %}

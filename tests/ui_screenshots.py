@@ -1,4 +1,4 @@
-"""The inspector's screenshots in docs/ (issue 16), from a real server and the scripted engine.
+"""The inspector's screenshots in docs/, from a real server and the scripted engine.
 
     PYTHONPATH=src python -m tests.ui_screenshots
 

@@ -57,7 +57,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tracing.configure()  # on when OTEL_* variables ask for it (issue 16)
+        tracing.configure()  # on when OTEL_* variables ask for it
         store = await Store.open(settings.database)
         if metrics is not None:
             store.database = metrics.timed(store.database)
@@ -96,7 +96,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.recorder = recorder
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
     # Routers are tried in order, each route's pattern in turn: the generation routes come early
-    # (/v1/messages after the files APIs cost a tenth of a request's CPU; issue 15). The messages
+    # (/v1/messages after the files APIs cost a tenth of a request's CPU). The messages
     # router comes after the models API, whose `/v1/models` answers before its doubled-/v1 one.
     for frontend in (responses.router, websocket.router, conversations.router, chat.router, models.api,
                      messages.router, files_api.router, vector_stores_api.router):
@@ -106,7 +106,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.health)
     if metrics is not None:
         app.include_router(metrics_api.router)
-    app.include_router(ui.router)  # the inspector (issue 16), last: no generation route tries it first
+    app.include_router(ui.router)  # the inspector, last: no generation route tries it first
     app.mount("/ui/static", ui.static)
     app.add_exception_handler(ui.Shown, ui.shown)  # the inspector's page instead of the one asked for
     install_error_handlers(app)

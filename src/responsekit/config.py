@@ -26,7 +26,7 @@ ReasoningMode = Literal["separate", "inline", "none"]
 
 def _check_format(value: str | None) -> str | None:
     """A parser setting: a registered format, `auto`, `template` (the parser derived from
-    the chat template, issue 18), `none` (read as off) or unset."""
+    the chat template: docs/parsing.md, Templates no format knows: the derived parser), `none` (read as off) or unset."""
     if value is None or value == "none":
         return None
     if value not in ("auto", "template"):
@@ -68,7 +68,7 @@ class UpstreamConfig(BaseModel):
     """Models served here; empty means ask the engine's `/models`."""
     pool: str | None = None
     """Upstreams with the same `pool` share the requests for the models they serve, with
-    failover between them (issue 17); without it, upstreams serving the same model form its pool.
+    failover between them; without it, upstreams serving the same model form its pool.
     A member that cannot be reached is taken to serve what the rest of its pool serves."""
     merge_system: bool | None = None
     """Merge system and developer text into one leading system message (default: yes, except OpenAI)."""
@@ -249,9 +249,9 @@ class Settings(BaseSettings):
     in-process (the `llama` extra); `--no-default-model` turns it off."""
     strip_billing_header: bool = True
     """Leave Claude Code's `x-anthropic-billing-header: …` line, which changes on every request,
-    out of the system prompt sent to the engine, so its prefix cache holds (issue 15)."""
+    out of the system prompt sent to the engine, so its prefix cache holds."""
     metrics: bool = True
-    """Serve Prometheus metrics at `GET /metrics` (issue 16); `--no-metrics` turns them off."""
+    """Serve Prometheus metrics at `GET /metrics`; `--no-metrics` turns them off."""
     record_dir: Path | None = None
     """Write every upstream exchange to a JSON file here, for replay in tests."""
     shutdown_timeout: float = 30.0
@@ -259,7 +259,7 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     """`json`: one JSON object per log line (level, time, request id, route, model, status,
-    duration), for log collectors (issue 16)."""
+    duration), for log collectors."""
     max_file_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
     """The largest upload `/v1/files` accepts (OpenAI's limit is 512 MB)."""
     files_dir: Path | None = None

@@ -22,7 +22,7 @@ from .parsing_support import Folded, heal, load_cases, run, split_at
 CASES = load_cases()
 REGISTERED = set(available_formats())
 
-# Catalogue formats whose parser is still to be written (issue 4).  Remove a format
+# Catalogue formats whose parser is still to be written (docs/parsing.md, Catalogue).  Remove a format
 # from here in the change that registers it.
 PENDING_FORMATS: set[str] = set()
 

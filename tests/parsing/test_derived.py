@@ -1,4 +1,5 @@
-"""The parser derived from a chat template reads back what the template renders (issue 18)."""
+"""The parser derived from a chat template reads back what the template renders
+(docs/parsing.md, Templates no format knows: the derived parser)."""
 
 from __future__ import annotations
 
@@ -154,7 +155,8 @@ def test_two_calls_come_back_when_the_template_writes_them(path: Path) -> None:
 
 @pytest.mark.parametrize("stem", ISSUE_FAILURES)
 def test_the_templates_the_issue_names_are_renderable(stem: str) -> None:
-    """The six failures of issue 18 (gpt-oss aside) are among those tested above."""
+    """The six templates no parser read before the derived one (gpt-oss aside) are among those
+    tested above."""
     assert stem in {path.stem for path in RENDERABLE}
     assert stem not in ONE_CALL_GAPS
 
@@ -353,7 +355,7 @@ UNSEEN_TEMPLATES = {
 
 @pytest.mark.parametrize("style", UNSEEN_TEMPLATES)
 def test_a_template_of_an_unseen_family_needs_no_code(style: str) -> None:
-    """The issue's *done when*: a template in the common shape that no format and no other
+    """What the derived parser is for: a template in the common shape that no format and no other
     test knows gets its reasoning and calls parsed, streamed char by char."""
     template = ChatTemplate(UNSEEN_TEMPLATES[style])
     syntax = derive(template)

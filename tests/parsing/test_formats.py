@@ -187,8 +187,8 @@ def test_harmony_recipient_in_the_role_header_and_on_analysis() -> None:
 
 
 HARMONY_LEADING_RECIPIENTS = [
-    # What gpt-oss's own template renders after its generation prompt `<|start|>assistant`
-    # (issue 18): the recipient in the role header the prompt left open.
+    # What gpt-oss's own template renders after its generation prompt `<|start|>assistant`:
+    # the recipient in the role header the prompt left open.
     ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>',
     ' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}',
     'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',

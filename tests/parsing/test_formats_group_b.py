@@ -160,7 +160,7 @@ def test_dsml_invoke_outside_a_block_and_text_after() -> None:
 @pytest.mark.parametrize("fmt", ["deepseek_v3_2_dsml", "deepseek_v4_dsml"])
 @pytest.mark.parametrize("block", ["function_calls", "tool_calls"])
 def test_dsml_block_of_either_version_is_read_whole(fmt: str, block: str) -> None:
-    """V3.2 names the block `function_calls`, V4 `tool_calls` (issue 18): either one's
+    """V3.2 names the block `function_calls`, V4 `tool_calls`: either one's
     markers are read, none comes back as text, and text after the block is content."""
     raw = (
         f'Sure.\n\n<{DSML}{block}>\n<{DSML}invoke name="configure">\n'

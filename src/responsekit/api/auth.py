@@ -28,7 +28,7 @@ def authorize(connection: HTTPConnection) -> str:
     scheme, _, token = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer":
         token = ""
-    token = token.strip() or connection.headers.get("x-api-key", "").strip()  # Anthropic's clients (issue 15)
+    token = token.strip() or connection.headers.get("x-api-key", "").strip()  # Anthropic's clients send it there
     if not token:
         raise APIError(
             401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY` or `x-api-key: KEY`.",

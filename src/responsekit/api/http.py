@@ -114,7 +114,7 @@ _error_bodies: list[tuple[tuple[str, ...], ErrorBody]] = []
 def error_envelope(*prefixes: str) -> Callable[[ErrorBody], ErrorBody]:
     """Errors on paths under `prefixes` (before a stream starts: bad bodies, keys, unknown
     models, 404s) are rendered by the decorated function instead of OpenAI's envelope
-    (issue 15: the Messages API answers in Anthropic's)."""
+    (the Messages API answers in Anthropic's)."""
 
     def register(body: ErrorBody) -> ErrorBody:
         _error_bodies.append((prefixes, body))

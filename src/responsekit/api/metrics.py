@@ -1,4 +1,4 @@
-"""`GET /metrics`: the Prometheus text exposition (issue 16), and the frontends' way to observe a generation.
+"""`GET /metrics`: the Prometheus text exposition, and the frontends' way to observe a generation.
 
 Owner-scoped like the API: with keys configured a scrape needs one; without keys the server
 listens on loopback only. `--no-metrics` removes the route (a 404) and every observation.

@@ -15,7 +15,7 @@ health = APIRouter()
 @api.get("/models")
 async def list_models(request: Request, owner: Owner) -> dict[str, Any]:
     """OpenAI's list, or Anthropic's when the request carries `anthropic-version` (Claude Code's
-    gateway model discovery, issue 15)."""
+    gateway model discovery)."""
     models = request.app.state.router.list_models()
     if "anthropic-version" in request.headers:
         return anthropic_models(models)

@@ -1,4 +1,4 @@
-"""`x-request-id` on every answer, the request's context for log lines, and the access log (issue 16).
+"""`x-request-id` on every answer, the request's context for log lines, and the access log.
 
 A plain ASGI middleware, outside everything else (`app.py` puts it around Starlette's
 error middleware, so a 500 carries the id too): Starlette's `BaseHTTPMiddleware` runs the app

@@ -1,5 +1,5 @@
 """Where a request's prompt is cached: rendezvous hashing of affinity keys, and the prompt
-prefixes each pool member served recently (issue 17).
+prefixes each pool member served recently.
 
 Both are small enough to write here: the trie libraries on PyPI (pygtrie) walk a prompt one
 character at a time and forget nothing, and rendezvous hashing is one hash per member.

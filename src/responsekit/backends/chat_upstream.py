@@ -123,7 +123,7 @@ def kind_from_url(base_url: str) -> EngineKind:
 
 UNAVAILABLE = (502, 503)
 """Statuses of an engine (or the proxy in front of it) that did not take the request: another
-member of its pool may (issue 17)."""
+member of its pool may."""
 
 
 def upstream_error(status: int, text: str) -> Error:
@@ -191,7 +191,7 @@ class ChatUpstream:
         model name, and no parser applies when it names none."""
         options = self.config.parsing(model)
         name = options.parser
-        if name == "template":  # issue 18: derived from a chat template, which a chat upstream keeps to itself
+        if name == "template":  # derived from a chat template, which a chat upstream keeps to itself
             if model not in self._undetected:
                 self._undetected.add(model)
                 log.warning("upstream %s: `parser = \"template\"` needs the model's chat template, which a chat "
@@ -360,14 +360,14 @@ class ChatUpstream:
 def transport_error(name: str, exc: httpx.HTTPError) -> Error:
     """A failed exchange with an engine: `refused` when no connection was made, else `dropped`.
     Either may have happened before the answer began: a pool tries another member when the
-    client saw nothing yet (issue 17)."""
+    client saw nothing yet (`pool.py`)."""
     fault = "refused" if isinstance(exc, httpx.ConnectError) else "dropped"
     return Error("server_error", f"upstream {name} failed: {exc!r}", 502, fault, unanswered=True)
 
 
 def timeout_error(name: str, timeout: float, exc: httpx.TimeoutException) -> Error:
     """An engine that did not answer in time; one that could not even be connected to is
-    `unanswered` (issue 17)."""
+    `unanswered`."""
     if isinstance(exc, httpx.ConnectTimeout):
         return Error("timeout", f"upstream {name} could not be connected to: {exc}", 504, unanswered=True)
     return Error("timeout", f"upstream {name} did not answer within {timeout:g}s", 504)

@@ -161,7 +161,7 @@ class CompletionsUpstream(ChatUpstream):
         except TemplateError as exc:
             yield Error("server_error", str(exc), 502)
             return
-        except httpx.HTTPError as exc:  # not even its template came: another pool member may answer (issue 17)
+        except httpx.HTTPError as exc:  # not even its template came: another pool member may answer
             yield transport_error(self.name, exc)
             return
         if isinstance(plan, Error):

@@ -1,5 +1,5 @@
 """The embedded default model: Gemma 3 270M (Q4_K_M), served in-process when no engine is
-configured or found, so that a fresh `make run` answers (issue 14).
+configured or found, so that a fresh `make run` answers.
 
 It is a 270M *base* model: it proves the whole path (tokenizer, template, streaming,
 grammars, KV cache), not answer quality.  Its weights come from the package index as

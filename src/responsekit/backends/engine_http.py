@@ -354,7 +354,7 @@ class PlainEngine:
     @asynccontextmanager
     async def post(self, path: str, body: bytes) -> AsyncIterator[_Exchange]:
         headers = self._headers
-        if tracing.active is not None:  # the engine call's span, for the engine's own spans (issue 16)
+        if tracing.active is not None:  # the engine call's span, for the engine's own spans
             headers += "".join(f"{name}: {value}\r\n" for name, value in tracing.engine_headers().items()).encode()
         request = b"POST %s%s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
             self._prefix.encode(), path.encode(), headers, len(body), body

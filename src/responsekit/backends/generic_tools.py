@@ -1,4 +1,4 @@
-"""Tool calls for models whose chat template has no tool syntax (issue 14: Gemma 3, base
+"""Tool calls for models whose chat template has no tool syntax (Gemma 3, base
 models, many small models).
 
 Such a template never reads `tools`: the model would not learn which tools exist, and it

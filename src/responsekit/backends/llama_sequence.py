@@ -82,7 +82,7 @@ def avoid_amx_repacking() -> None:
 
     llama.cpp's AMX matrix multiplication crashes (SIGSEGV in `ggml_backend_amx_mul_mat`) on
     Q4_K_M models such as the default Gemma 3 270M on some AMX machines, this one included
-    (llama.cpp #20824, open; dspy removed the AMX variant from its CI for it). Turning off the
+    (https://github.com/ggml-org/llama.cpp/issues/20824, open; dspy removed the AMX variant from its CI for it). Turning off the
     extra buffer types (llama.cpp's `--no-repack`) avoids that kernel; `Llama()` takes no such
     argument, so the default model parameters it starts from are wrapped, once, for every
     load in the process (llama-cpp-python's own server too, see tests/llama_server.py).

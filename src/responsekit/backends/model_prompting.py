@@ -54,7 +54,7 @@ class ModelPrompting:
         self.generic_tools = generic_tools.applies(template, parser)
         """Whether tool calls go through the generic JSON protocol (a template without tool syntax)."""
         self.derived: TemplateSyntax | None = None
-        """The syntax derived from the template, when its parser is the derived one (issue 18)."""
+        """The syntax derived from the template, when its parser is the derived one."""
         self.format, self.parser, why = self._choose(parser)
         self.why = why
         """Why this parser was chosen (`responsekit template inspect` prints it too)."""
@@ -73,7 +73,7 @@ class ModelPrompting:
                         name, why)  # fmt: skip
 
     def _choose(self, configured: str | None) -> tuple[str | None, type[Parser] | None, str]:
-        """The output format, its parser and why (issue 18 part 3): a configured format;
+        """The output format, its parser and why (docs/parsing.md, Templates no format knows: the derived parser, Selection): a configured format;
         else a hand-written format whose markers the template holds (it carries known
         quirks), if it reads the call the template itself renders; else the parser derived
         from the template when the analysis found reasoning or calls; else the format the

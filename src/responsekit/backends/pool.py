@@ -1,4 +1,4 @@
-"""Pools: several engines serving one model, as one backend (issue 17).
+"""Pools: several engines serving one model, as one backend.
 
 A pool picks a member for each request — by cache affinity (the member that holds the
 request's prompt or key), by load or in turn (`balance`) — and sends the request elsewhere

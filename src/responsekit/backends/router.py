@@ -1,6 +1,6 @@
 """Which backend serves which model: configured or probed engines, in-process models,
 aliases, a default model. Upstreams that serve the same model (or share a `pool`) serve it
-as a pool (issue 17)."""
+as a pool (`pool.py`)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class ModelRouter:
                 )
 
     async def _start_default_model(self, where: str) -> None:
-        """Serve the embedded Gemma 3 270M in-process, so that a fresh install answers (issue 14)."""
+        """Serve the embedded Gemma 3 270M in-process, so that a fresh install answers."""
         reason = f"no engine is configured and none was found ({where})"
         missing = default_model.available()
         if missing is not None:

@@ -92,4 +92,4 @@ class GenerationRequest:
     affinity_key: str | None = None
     """What ties this request to earlier ones whose engine still caches their prompt (a
     `previous_response_id` chain, a conversation, a `prompt_cache_key`, an Anthropic session):
-    a pool sends it to the member that served them (issue 17). Never sent to the engine."""
+    a pool sends it to the member that served them. Never sent to the engine."""

@@ -113,9 +113,9 @@ class Error:
     `code` is an OpenAI error code (`context_length_exceeded`, `rate_limit_exceeded`,
     `server_error`…) and `status` the HTTP status a non-streaming client gets. `fault` names
     an engine fault the code does not tell apart (`refused`, `dropped`, `malformed`) for the
-    metrics (issue 16); the client never sees it. `unanswered` marks an engine that never
+    metrics (`operations/metrics.py`); the client never sees it. `unanswered` marks an engine that never
     began an answer (refused, reset, 502/503, connect timeout): a pool may send the request
-    to another member instead (issue 17).
+    to another member instead (`backends/pool.py`).
     """
 
     code: str

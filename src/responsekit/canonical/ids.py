@@ -15,7 +15,7 @@ def new_id(prefix: str) -> str:
 
 
 def storable_id(value: str) -> bool:
-    """Whether an id a client chose can be stored, and found again, on both databases (issue 14)."""
+    """Whether an id a client chose can be stored, and found again, on both databases."""
     return len(value) <= MAX_CLIENT_ID and storable(value)
 
 

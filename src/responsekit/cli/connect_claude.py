@@ -1,4 +1,4 @@
-"""`responsekit connect claude`: the environment that points Claude Code at a running ResponseKit (issue 15).
+"""`responsekit connect claude`: the environment that points Claude Code at a running ResponseKit.
 
 Claude Code reads its endpoint, credential and model names from environment variables, which
 its `settings.json` can hold in an `env` object (so that every `claude` run gets them). What is set,

@@ -310,7 +310,7 @@ def template_inspect(
     file: Annotated[Path, typer.Argument(help="A Jinja template, a GGUF model or a tokenizer_config.json.")],
 ) -> None:
     """The reasoning and tool-call syntax derived from the template by rendering probe
-    conversations (issue 18), and the hand-written format whose markers it holds, if any."""
+    conversations, and the hand-written format whose markers it holds, if any."""
     from ..backends.model_prompting import ModelPrompting
     from ..prompting.derive import derive
     from ..prompting.templates import TemplateError, load_template

@@ -1,4 +1,4 @@
-"""Which request a log line is about, and log lines for people and for collectors (issue 16).
+"""Which request a log line is about, and log lines for people and for collectors.
 
 The request being served is a context variable (`current`), set by the HTTP middleware
 (`api/request_ids.py`); tasks started inside a request copy it, so a background response's

@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 16): what a gateway's operators watch, at `GET /metrics`.
+"""Prometheus metrics: what a gateway's operators watch, at `GET /metrics`.
 
 Names follow the OpenTelemetry GenAI semantic conventions where they define one
 (`gen_ai.server.request.duration` → `gen_ai_server_request_duration_seconds`, …), the rest are
@@ -10,7 +10,7 @@ its `Observation` the first output token (once), each `Usage` and the `Error`, a
 observation writes its samples when the generation ends. Label children are cached, since
 `labels()` costs more than the sample it finds. Background runs and the ingestion queue are
 read when scraped (`ScrapeTime`), costing nothing between scrapes, and so are the members of
-engine pools (`PoolMembers`, issue 17), labelled by their configured upstream names.
+engine pools (`PoolMembers`), labelled by their configured upstream names.
 """
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ class ScrapeTime(Collector):
 
 
 class PoolMembers(Collector):
-    """Each pool member's state, read when scraped (issue 17): whether it takes requests (0 while
+    """Each pool member's state, read when scraped: whether it takes requests (0 while
     it cools down after failing), its requests in flight, and its failures."""
 
     def __init__(self, members: Callable[[], list[Any]]) -> None:

@@ -3,7 +3,7 @@
 One file per exchange: the request body, the HTTP status, and the chunks with the
 seconds since the request was sent (`t`). The test suite's scripted upstream replays
 exactly this format. The id of the client request the exchange served (`x-request-id`) is in
-the file's name and content, so the inspector finds a response's exchanges (issue 16).
+the file's name and content, so the inspector finds a response's exchanges.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces, configured by the standard `OTEL_*` variables (issue 16).
+"""OpenTelemetry traces, configured by the standard `OTEL_*` variables.
 
 Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (and
 `OTEL_SDK_DISABLED` is not true). Off, nothing of OpenTelemetry is imported and each hook
@@ -141,7 +141,7 @@ class Tracing:
                 while True:
                     # The span is current while the engine's request goes out (its `traceparent`),
                     # which is before the first event, a failover's retry included (`backends/pool.py`);
-                    # after it, each event costs no context switch (a token's cost counts, issue 16).
+                    # after it, each event costs no context switch (a token's cost counts: `bench/traces.py`).
                     event = await anext(events, None) if first_token else await self._step(current, events)
                     if event is None:
                         return

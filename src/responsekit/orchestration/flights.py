@@ -1,4 +1,4 @@
-"""Foreground responses in flight in this process, for the inspector (issue 16).
+"""Foreground responses in flight in this process, for the inspector.
 
 A foreground response (streamed or not, over HTTP or a WebSocket) is stored only at its end, in
 one transaction: nothing half-written is ever in the store, and `GET /v1/responses/{id}` knows

@@ -1,7 +1,7 @@
 """Stored items -> the canonical conversation.
 
 Items (`items.py`) are the store's vocabulary: a response's history, a conversation, what a
-compaction summarizes. The orchestrator translates them itself (issue 15), leniently: an odd
+compaction summarizes. The orchestrator translates them itself, leniently: an odd
 or malformed item is skipped with a logged warning, because a replayed history with one
 strange item must not kill a client's thread.
 """

@@ -66,7 +66,7 @@ class ResponseRequest:
     `generation` is the canonical request without its conversation: the model asked for,
     the instructions as its leading messages, the client's tools (`toolset`), tool choice
     and sampling. The orchestrator adds the history, the `input` items and the tools it
-    serves, and never reads the client's body (issue 15).
+    serves, and never reads the client's body (docs/architecture.md, Frontends (`api/`)).
     """
 
     generation: GenerationRequest
@@ -117,7 +117,7 @@ class Prepared:
 
 
 def _affinity_key(request: ResponseRequest, history: list[dict[str, Any]]) -> str | None:
-    """What ties this request to the earlier ones an engine may still cache (issue 17): the
+    """What ties this request to the earlier ones an engine may still cache (`backends/affinity.py`): the
     client's `prompt_cache_key`, else its conversation, else its `previous_response_id` chain,
     named by the chain's first item (the same for every turn of the chain)."""
     if request.generation.prompt_cache_key:
@@ -399,7 +399,7 @@ class Orchestrator:
         if observation is not None:
             observation.serving(prepared.generation.model, prepared.upstream.name)
         flight = None
-        if prepared.timeline is not None:  # stored: the inspector lists it while it runs (issue 16)
+        if prepared.timeline is not None:  # stored: the inspector lists it while it runs (`flights.py`)
             flight = self.flights.take_off(
                 prepared.owner, prepared.response, prepared.inputs, request_id(), prepared.timeline
             )
@@ -509,7 +509,7 @@ async def _answer_approvals(
 def _new_to_conversation(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The input items the conversation does not hold yet. A conversation holds each item once:
     one it holds already (sent again, or by `item_reference`) or an earlier input repeats is
-    skipped with a warning, like any odd item in a replayed history (issue 14: a 500 before)."""
+    skipped with a warning, like any odd item in a replayed history, rather than failing the request with a 500."""
     seen = {item.get("id") for item in history}
     fresh = []
     for item in inputs:

@@ -2,7 +2,7 @@
 
 Every frontend renders the same canonical stream (`events.py`) into its own events; the
 orchestrator and the frontends' routes drive a renderer the same way, so this lives
-below `api/` (issue 15).
+below `api/` (docs/architecture.md, The map, by folder).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ async def rendered(
 
     Streaming sends these; a non-streaming request folds them: one code path for both.
     Leaving early closes the engine's stream, and so its HTTP request. An `observation`
-    (the metrics, issue 16) sees the first output token, then only `Usage` and `Error`
+    (the metrics, `operations/metrics.py`) sees the first output token, then only `Usage` and `Error`
     events, and ends when the generation does.
     """
     if observation is not None:

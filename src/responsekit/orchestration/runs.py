@@ -5,10 +5,10 @@ replica sharing the database) follow it through its events. Each run writes its 
 as soon as it has some, at most once per FLUSH_INTERVAL (events arriving meanwhile go in
 the next batch). A maintenance loop renews each run's lease, carries out cancellations asked
 for on other replicas; another fails runs whose process died (their lease ran out), within
-`lease_seconds` of its death (issue 17): see `RENEW_EVERY`.
+`lease_seconds` of its death: see `RENEW_EVERY`.
 
 A follower on another replica reads the stored events, woken by the store's notification
-that they grew (PostgreSQL `LISTEN/NOTIFY`), with a slow poll in case one is missed (issue 17).
+that they grew (PostgreSQL `LISTEN/NOTIFY`), with a slow poll in case one is missed.
 No follower sees a run's terminal event before the response is stored with its end: a
 client that saw it complete finds it complete on every replica, whatever dies next.
 """
@@ -39,7 +39,7 @@ SAFETY_POLL_INTERVAL = 2.0
 """How often it reads the store anyway when the store notifies (a notification may be lost)."""
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
-# What a lease of `lease_seconds` promises (issue 17): a run whose process dies is marked failed
+# What a lease of `lease_seconds` promises: a run whose process dies is marked failed
 # within a lease of the death, and a live process keeps its runs through stalls of half a lease.
 # A process that dies just after renewing leaves its lease LEASE_AHEAD to run; the first sweep
 # after that, at most SWEEP_EVERY later, fails the run: 5/6 of a lease after the death, the last

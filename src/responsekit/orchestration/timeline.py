@@ -1,4 +1,4 @@
-"""When each of a response's events went out, kept with the stored response for the inspector (issue 16).
+"""When each of a response's events went out, kept with the stored response for the inspector.
 
 Every event but the deltas is an entry with its time; a run of deltas of one kind on one item is
 one entry with its count and the times of its first and last delta (a streamed answer is mostly

@@ -1,4 +1,4 @@
-"""Built-in chat templates for GGUFs that carry none (issue 14).
+"""Built-in chat templates for GGUFs that carry none.
 
 Base models and older conversions have no `tokenizer.chat_template`.  As llama.cpp does
 (`llm_chat_detect_template` and its built-in formats in `src/llama-chat.cpp`), a format is

@@ -1,6 +1,7 @@
-"""Derive a chat template's output syntax by rendering probe conversations (issue 18).
+"""Derive a chat template's output syntax by rendering probe conversations
+(docs/parsing.md, Templates no format knows: the derived parser).
 
-The anchor is llama.cpp's autoparser (ggml-org/llama.cpp #18675): a template says how its
+The anchor is llama.cpp's autoparser (https://github.com/ggml-org/llama.cpp/pull/18675): a template says how its
 model writes reasoning and tool calls every time it renders an assistant turn from the
 history, so rendering turns that differ in one respect and comparing them shows the
 markers.  Probes: an answer alone; reasoning and an answer; one call with two arguments;
@@ -347,7 +348,7 @@ class _Analysis:
 
 
 def reads_sample_call(parser: type[Parser], syntax: TemplateSyntax) -> bool:
-    """`parser` reads the probe call the template renders as that call (issue 18): a
+    """`parser` reads the probe call the template renders as that call: a
     hand-written format picked by a marker in the template may not be the one it writes
     (Apriel 1.5 mentions `<tool_call>`, writes `<tool_calls>[…]</tool_calls>`).  True when
     the template renders no call: there is nothing to check."""

@@ -1,4 +1,5 @@
-"""A streaming parser built from a derived `TemplateSyntax` (issue 18 part 2).
+"""A streaming parser built from a derived `TemplateSyntax`
+(docs/parsing.md, Templates no format knows: the derived parser).
 
 `derived_parser(syntax)` makes a `TaggedParser` subclass whose markers are the ones the
 template analysis found (derive.py), so a template no hand-written format knows gets

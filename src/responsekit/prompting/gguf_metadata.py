@@ -3,7 +3,7 @@
 `gguf.GGUFReader` maps every tensor and every array item to a numpy view: opening Gemma 3's
 file (a 262,144-token vocabulary, three arrays of that length) takes seconds, more than
 loading the model in llama.cpp.  Chat templates need a few keys and the vocabulary's texts,
-which this reads from a memory map in a fraction of that (issue 14: the default model starts
+which this reads from a memory map in a fraction of that (so the default model starts
 in about a second).  Layout: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
 """
 

@@ -9,7 +9,7 @@
 * A lazy call grammar (`tool_choice` auto): the same calls, applied only from the
   format's start marker on (`trigger`), so free text stays free.
 * `text.format` json_schema / json_object: the answer is JSON of the schema.
-* A template without tool syntax (issue 14): llama.cpp's generic protocol, the whole
+* A template without tool syntax (`backends/generic_tools.py`): llama.cpp's generic protocol, the whole
   output one JSON object holding the calls or, with `tool_choice` auto, the answer.
 
 JSON schemas are converted by llama-cpp-python's converter (the one llama.cpp ships),
@@ -135,7 +135,7 @@ SYNTAXES: dict[str, Syntax] = {
                                       '<｜DSML｜parameter name="', '" string="false">', "</｜DSML｜parameter>\n",
                                       "</｜DSML｜invoke>\n</｜DSML｜tool_calls>", "\n",
                                       trigger="<｜DSML｜tool_calls>", raw_key_end='" string="true">'),
-    # Harmony (issue 18): the call as gpt-oss's template writes it after the prompt's
+    # Harmony: the call as gpt-oss's template writes it after the prompt's
     # `<|start|>assistant`, each further call or the call after analysis its own message.
     "gpt_oss_harmony": CallSyntax(" to=functions.", "<|channel|>commentary json<|message|>", "<|call|>",
                                   "<|start|>assistant", trigger=" to=functions.",
@@ -205,7 +205,7 @@ def lazy_calls(fmt: str | Syntax | None, tools: Sequence[FunctionTool], *, paral
 
 
 def derived_syntax(derived: TemplateSyntax) -> Syntax | None:
-    """The call syntax a template analysis found (issue 18), as the grammar writes it: the
+    """The call syntax a template analysis found (`derive.py`), as the grammar writes it: the
     markers exactly as the template renders them, the first without leading whitespace
     (a lazy grammar starts at its trigger).  None for what a grammar cannot write here:
     arguments as JSON text, key headers that mark the value's type (DSML)."""

@@ -147,7 +147,7 @@ class ChatTemplate:
     extra_stops: tuple[str, ...] = field(default=())
     """Further end-of-generation texts the tokenizer knows (e.g. its EOT token)."""
     fallback: str | None = None
-    """The built-in template's name when the model file had none (issue 14), else None."""
+    """The built-in template's name when the model file had none (`builtin_templates.py`), else None."""
     _compiled: jinja2.Template | None = field(default=None, repr=False, compare=False)
     _text_arguments: bool | None = field(default=None, repr=False, compare=False)
 
@@ -225,7 +225,7 @@ class ChatTemplate:
     @cached_property
     def reads_tools(self) -> bool:
         """Whether the template reads `tools` (or FireFunction's `functions`) at all: one that
-        never does cannot show a model its tools (issue 14: Gemma 3, base models)."""
+        never does cannot show a model its tools (Gemma 3, base models: `backends/generic_tools.py`)."""
         try:
             read = meta.find_undeclared_variables(_ENV.parse(self.source))
         except jinja2.TemplateSyntaxError:
@@ -363,7 +363,7 @@ def _token_text(token: Any) -> str:
 
 def from_gguf(path: Path) -> ChatTemplate:
     """The template in a GGUF file's metadata, with its BOS/EOS/EOT tokens' texts; a
-    built-in one chosen from its architecture and vocabulary if it has none (issue 14)."""
+    built-in one chosen from its architecture and vocabulary if it has none (`builtin_templates.py`)."""
     try:
         metadata = read_metadata(path)
     except GGUFError as exc:

@@ -31,9 +31,9 @@ _CHAIN = """WITH RECURSIVE chain (id, previous_response_id, depth) AS (
            ) """
 """A stored response and those it continues, `depth` steps back (parameters: id, owner, owner)."""
 EVENTS_CHANNEL = "responsekit_events"
-"""Notified with a background response's id when its stored events grow (issue 17)."""
+"""Notified with a background response's id when its stored events grow."""
 CANCEL_CHANNEL = "responsekit_cancel"
-"""Notified with a background response's id when a client asks to cancel it (issue 17)."""
+"""Notified with a background response's id when a client asks to cancel it."""
 
 
 @dataclass(slots=True)
@@ -87,7 +87,7 @@ class Store:
         postgres = database.dialect == "postgres"
         self._for_update = " FOR UPDATE" if postgres else ""
         # A response's end locks its row against other ends only: not against the key-share
-        # locks of event inserts, which a stalled replica may hold (issue 17).
+        # locks of event inserts, which a stalled replica may hold (`orchestration/runs.py`).
         self._for_ending = " FOR NO KEY UPDATE" if postgres else ""
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self.notified_across_processes = database.shared_notifications
@@ -354,7 +354,7 @@ class Store:
         )
         return [json.loads(row[0]) for row in rows]
 
-    # --- the inspector (issue 16) ----------------------------------------------------------
+    # --- the inspector (`api/ui/`) ---------------------------------------------------------
 
     async def listing(
         self, owner: str, *, kind: str | None = None, model: str | None = None, status: str | None = None,
@@ -497,7 +497,7 @@ class Store:
 
     async def _check_new(self, db: Connection, conversation_id: str, ids: list[str]) -> None:
         """DuplicateItem for an id the conversation holds or the list repeats, checked under the
-        conversation's lock rather than left to the unique index (issue 14: a 500 before)."""
+        conversation's lock rather than left to the unique index (whose violation would be a 500)."""
         seen: set[str] = set()
         for item_id in ids:
             if item_id in seen:

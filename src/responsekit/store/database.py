@@ -4,7 +4,7 @@ The store writes its SQL once, with `?` placeholders; each implementation adapts
 
 A client can send text no database holds: JSON carries lone surrogates (`"\\ud800"`), which
 neither database can encode, and NULs, which PostgreSQL's text type refuses. No stored
-value equals such text, so a read given it finds no row rather than failing (issue 14): an id
+value equals such text, so a read given it finds no row rather than failing: an id
 that cannot exist is simply not found, on every route that looks one up. What a client
 names for storage (item ids, names) is checked where it enters, with `storable`.
 """

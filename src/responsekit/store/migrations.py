@@ -102,10 +102,10 @@ MIGRATIONS: list[list[Statement]] = [
         "CREATE INDEX vector_store_files_by_file ON vector_store_files (file_id)",
         "CREATE INDEX vector_store_files_by_batch ON vector_store_files (batch_id)",
     ],
-    [  # 3: the id of the request that created a response (`x-request-id`, issue 16)
+    [  # 3: the id of the request that created a response (`x-request-id`)
         "ALTER TABLE responses ADD COLUMN request_id TEXT",
     ],
-    [  # 4: what the inspector lists and shows (issue 16): the model to filter by, the timeline of
+    [  # 4: what the inspector lists and shows: the model to filter by, the timeline of
         # events with their times; the owner's objects newest first, those of one second in the
         # order they were stored (`stored_ms`)
         "ALTER TABLE responses ADD COLUMN model TEXT",
@@ -119,7 +119,7 @@ MIGRATIONS: list[list[Statement]] = [
         "CREATE INDEX conversations_by_owner ON conversations (owner, created_at, stored_ms, id)",
     ],
     [  # 5: background runs' leases in milliseconds, not whole seconds, so that a dead process's
-        # runs fail within `lease_seconds` of its death (issue 17, `runs.py`)
+        # runs fail within `lease_seconds` of its death (`orchestration/runs.py`)
         "ALTER TABLE responses RENAME COLUMN lease_until TO lease_until_ms",
         "UPDATE responses SET lease_until_ms = lease_until_ms * 1000 WHERE lease_until_ms IS NOT NULL",
     ],

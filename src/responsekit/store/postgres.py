@@ -3,7 +3,7 @@
 Notifications (`LISTEN/NOTIFY`) travel on one dedicated connection per process, apart from
 the pool: a pooled connection is handed to other work between statements, and a listening
 one must stay open. When it drops it is opened again, and the listeners are told that they
-may have missed notifications (issue 17).
+may have missed notifications.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The names a model knows tools by, and what each stands for (issue 15: below `api/`).
+"""The names a model knows tools by, and what each stands for (below `api/`,
+since the orchestrator reads it too: docs/architecture.md, The map, by folder).
 
 A frontend maps its client's tools to functions (`api/responses/tools.py`); the
 orchestrator adds the tools the server runs (`ServerTools`) and, when the model calls

@@ -9,7 +9,7 @@ answer is the fold of the same events (`message`).
 
 A thinking block's `signature` is its reasoning sealed with the server's keys (sealing.py),
 so a client that sends the block back — also with `display: "omitted"`, where the text
-is left out — gives the model its reasoning again (issue 15).
+is left out — gives the model its reasoning again.
 
 Stop sequences are found here rather than by the engine, so the answer can say which one
 stopped it (`stop_sequence`); the engine's generation is closed once one is found.

@@ -1,7 +1,7 @@
 """`POST /v1/messages` body (Anthropic's Messages API) -> the canonical conversation.
 
 Top-level parameters are validated (a bad one is a 400); `messages` is a replayed history,
-so an odd message or block in it is skipped with a warning rather than refused (issue 15).
+so an odd message or block in it is skipped with a warning rather than refused.
 Thinking blocks come back with the `signature` this server sealed them with: opened, their
 reasoning reaches the model again; a signature that does not open (another server's,
 tampered) leaves the block out.
@@ -36,7 +36,7 @@ from ...orchestration.sealing import Sealer
 log = logging.getLogger(__name__)
 
 BILLING_HEADER = "x-anthropic-billing-header:"
-"""The line Claude Code puts first in its system prompt; it changes on every request (issue 15)."""
+"""The line Claude Code puts first in its system prompt; it changes on every request."""
 
 
 class MessageParams(BaseModel):
@@ -227,7 +227,7 @@ def _message(message: Any, sealer: Sealer, system: list[str]) -> list[Message] |
         content = [{"type": "text", "text": content}]
     if not isinstance(content, list):
         return None
-    if role in ("system", "developer"):  # newer Claude Code versions send these (issue 15)
+    if role in ("system", "developer"):  # newer Claude Code versions send these
         parts = _parts(content, "system")
         system.append("".join(part.text for part in parts if isinstance(part, TextPart)))
         return []

@@ -1,5 +1,5 @@
 """`POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's Messages API, stateless,
-rendered from the same canonical stream as the other frontends (issue 15).
+rendered from the same canonical stream as the other frontends.
 
 Claude Code given `ANTHROPIC_BASE_URL=http://host:8400/v1` asks for `/v1/v1/messages`, so the
 routes answer under a doubled `/v1` too. `?beta=true`, `anthropic-version` and `anthropic-beta`
@@ -72,7 +72,7 @@ async def create_message(request: Request) -> Response:
     return JSONResponse(renderer.message, headers=headers)
 
 
-# Claude Code with a base URL ending in /v1 doubles it (issue 15).
+# Claude Code with a base URL ending in /v1 doubles it.
 router.add_api_route("/v1/messages", create_message, methods=["POST"], include_in_schema=False,
                      route_class_override=PlainRoute)  # fmt: skip
 

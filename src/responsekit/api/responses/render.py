@@ -147,7 +147,7 @@ class ResponseRenderer:
 
     def resume(self, done: dict[int, dict[str, Any]]) -> None:
         """Take over a stream another runner began: the items it announced done (by output
-        index) stay in the output of whatever ends the response (issue 14)."""
+        index) stay in the output of whatever ends the response."""
         self._items = [done.get(index) for index in range(max(done, default=-1) + 1)]
 
     def add_ready_item(self, item: dict[str, Any]) -> None:
@@ -426,7 +426,7 @@ class ResponseRenderer:
             item["status"] = "incomplete"
             self._broken = Error("server_error", f"The model called `{item['name']}` with arguments that are not "
                                  "valid JSON.", 502)  # fmt: skip
-        # Announced done, so part of the failed response's output (issue 14), `incomplete` as any
+        # Announced done, so part of the failed response's output, `incomplete` as any
         # call a failure cut short: `output_item.done` says the item is final, and no client
         # makes a call from a response that failed.
         self._done(out, call.output_index, item)

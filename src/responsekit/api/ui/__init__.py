@@ -1,1 +1,1 @@
-"""The inspector at `/ui` (issue 16): stored responses and conversations as pages, live runs as they happen."""
+"""The inspector at `/ui`: stored responses and conversations as pages, live runs as they happen."""

@@ -1,4 +1,4 @@
-"""Who may look: the inspector's owner scoping, like the API's (issue 16).
+"""Who may look: the inspector's owner scoping, like the API's.
 
 With API keys configured, a browser logs in once with its key; the cookie it gets holds the
 key's hash sealed by the server (`Sealer`, so it cannot be forged or read, and the key itself

@@ -1,4 +1,4 @@
-"""`/ui`: the inspector's pages (issue 16), rendered on the server; one small script follows live runs.
+"""`/ui`: the inspector's pages, rendered on the server; one small script follows live runs.
 
 Pages read the store through owner-scoped queries (`Store.listing`, `Store.inspected`), the same
 scoping as the API, and this process's foreground responses in flight (`Flights`), which are
@@ -140,7 +140,7 @@ async def listing(view: Viewer) -> Response:
             return page("message.html", 400, title="Bad page", message="This page's `before` cursor is malformed.")
         before = (int(created), int(stored), last_id)
     # This process's foreground responses in flight (not stored yet) open the first page; read
-    # before the store, so that one stored meanwhile is listed once, stored (issue 16).
+    # before the store, so that one stored meanwhile is listed once, stored.
     flights = [] if before is not None or kind == "conversation" else view.flights.of(view.owner)
     rows = await view.store.listing(view.owner, kind=kind, model=model, status=status, before=before, limit=PAGE_SIZE)
     stored = {row["id"] for row in rows.data}

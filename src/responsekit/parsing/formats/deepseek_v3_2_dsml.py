@@ -10,7 +10,7 @@ not JSON stays a string).  Without the attribute the tool schema decides.  The t
 prompt ends with `<think>` (also after tool results, as `\\n\\n<think>`).  An invoke
 outside a function_calls block is read as a call too.
 
-V4 writes the same markup in a `<｜DSML｜tool_calls>` block (issue 18).  Both formats read
+V4 writes the same markup in a `<｜DSML｜tool_calls>` block.  Both formats read
 either block name; they differ in the one a grammar writes (`grammars.SYNTAXES`), so each
 is its own format, told apart by the block name in the template (`parsing/detect.py`).
 """

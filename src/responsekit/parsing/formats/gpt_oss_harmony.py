@@ -11,7 +11,7 @@ makes the body a tool call's JSON arguments.  `<|call|>`, `<|return|>` and
 `<|endoftext|>` end a message and never show.
 
 The generation prompt `<|start|>assistant` leaves the first role header open, so the
-answer may begin with its recipient, as gpt-oss's own template writes a call (issue 18):
+answer may begin with its recipient, as gpt-oss's own template writes a call:
 
     to=functions.NAME<|channel|>commentary json<|message|>{…}<|call|>
 """

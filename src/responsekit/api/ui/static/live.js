@@ -1,4 +1,4 @@
-// A live response's events (issue 16), from a background run's resume stream or a foreground
+// A live response's events, from a background run's resume stream or a foreground
 // response's flight: each event is a row (a run of deltas on one item is one row with its count),
 // text deltas are shown as they join; the page reloads once the run ends, to show the stored
 // response. A flight's stream opens with a snapshot of its timeline so far (it keeps no events),
