@@ -32,7 +32,7 @@ CALLS = (
     ("get_time", {"city": "Rome"}),
 )
 TEMPLATES = sorted(TEMPLATES_DIR.glob("*.jinja"))
-ISSUE_FAILURES = ("GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "unsloth-Apriel-1.5", "upstage-Solar-Open-100B",
+UNREAD_BEFORE = ("GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "unsloth-Apriel-1.5", "upstage-Solar-Open-100B",
                   "tencent-Hy3", "openbmb-MiniCPM5-1B")  # fmt: skip
 
 
@@ -153,8 +153,8 @@ def test_two_calls_come_back_when_the_template_writes_them(path: Path) -> None:
         )
 
 
-@pytest.mark.parametrize("stem", ISSUE_FAILURES)
-def test_the_templates_the_issue_names_are_renderable(stem: str) -> None:
+@pytest.mark.parametrize("stem", UNREAD_BEFORE)
+def test_the_templates_no_format_read_are_renderable(stem: str) -> None:
     """The six templates no parser read before the derived one (gpt-oss aside) are among those
     tested above."""
     assert stem in {path.stem for path in RENDERABLE}
@@ -252,7 +252,7 @@ def test_the_corpus_comparison_covers_most_formats() -> None:
     assert len(AGREED) >= 80 and {case.values[0]["id"] for case in DIFFERENT} == set(DISAGREEMENTS)
 
 
-SOUP_TEMPLATES = [*ISSUE_FAILURES, "Qwen3.5-4B", "Kimi-K2-Instruct", "Mistral-Small-3.2-24B-Instruct-2506",
+SOUP_TEMPLATES = [*UNREAD_BEFORE, "Qwen3.5-4B", "Kimi-K2-Instruct", "Mistral-Small-3.2-24B-Instruct-2506",
                   "meta-llama-Llama-3.1-8B-Instruct", "deepseek-ai-DeepSeek-V3.2"]  # fmt: skip
 
 
