@@ -33,7 +33,7 @@ CALLS = (
 )
 TEMPLATES = sorted(TEMPLATES_DIR.glob("*.jinja"))
 UNREAD_BEFORE = ("GigaChat3-10B-A1.8B", "GigaChat3.1-10B-A1.8B", "unsloth-Apriel-1.5", "upstage-Solar-Open-100B",
-                  "tencent-Hy3", "openbmb-MiniCPM5-1B")  # fmt: skip
+                 "tencent-Hy3", "openbmb-MiniCPM5-1B")  # fmt: skip
 
 
 def _call(index: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
