@@ -182,12 +182,14 @@ def test_a_conversation_sticks_to_one_member(pair, tmp_path):
 
 
 def test_a_previous_response_id_chain_sticks_to_one_member(pair, tmp_path):
-    """Turns after the first carry the chain's key; the first, keyless and short, may land anywhere."""
+    """Every turn carries the chain's key, the first included (it is named by the first turn's
+    first item): the whole chain lands where its first turn did."""
     with _gateway(tmp_path, *_upstreams(*pair)) as url:
         homes = []
-        for chain in range(4):
-            previous = _respond(url, input=f"Chain {chain} begins")["id"]
-            served = set()
+        for chain in range(6):
+            first = _respond(url, input=f"Chain {chain} begins")
+            previous = first["id"]
+            served = {_served_by(first["output_text"])}
             for turn in range(4):
                 response = _respond(url, input=f"Chain {chain} turn {turn}", previous_response_id=previous)
                 served.add(_served_by(response["output_text"]))
@@ -306,6 +308,7 @@ def test_a_dead_member_is_passed_over_then_rejoins_when_it_answers(pair, tmp_pat
         assert served == ["a"] * 10
         dead = next(entry for entry in health["upstreams"] if entry["name"] == "dead")
         assert dead["state"] == "cooling" and dead["failures"] >= 1 and dead["models"] == [MODEL]
+        assert dead["reachable"] is False
         assert 'responsekit_upstream_healthy{upstream="dead"} 0.0' in metrics
         with _engine("revived", unused_port):
 
@@ -314,8 +317,28 @@ def test_a_dead_member_is_passed_over_then_rejoins_when_it_answers(pair, tmp_pat
                 return next(entry for entry in entries if entry["name"] == "dead")["state"] == "healthy"
 
             wait_for(healthy, timeout=15)
+            entries = httpx.get(f"{url}/health").json()["upstreams"]
+            assert next(entry for entry in entries if entry["name"] == "dead")["reachable"] is True
             assert {_chat(url, f"Another question {n}?") for n in range(4)} == {"a", "revived"}
             assert 'responsekit_upstream_healthy{upstream="dead"} 1.0' in httpx.get(f"{url}/metrics").text
+
+
+def test_health_says_a_member_killed_after_start_is_unreachable(pair, tmp_path, unused_port):
+    """A member that listed its models, then died: `/health` says what is true now, not what its
+    listing said at startup."""
+    a, _ = pair
+    upstreams = [UpstreamConfig(name="a", base_url=a.url, pool="p"),  # type: ignore[attr-defined]
+                 UpstreamConfig(name="doomed", base_url=f"http://127.0.0.1:{unused_port}/v1", pool="p")]  # fmt: skip
+    with ExitStack() as doomed_engine:
+        doomed_engine.enter_context(_engine("doomed", unused_port))
+        with _gateway(tmp_path, *upstreams) as url:
+            before = next(entry for entry in httpx.get(f"{url}/health").json()["upstreams"] if entry["name"] == "doomed")
+            assert before["reachable"] is True and before["state"] == "healthy"
+            doomed_engine.close()
+            served = [_chat(url, f"Unrelated question number {n}?") for n in range(6)]
+            after = next(entry for entry in httpx.get(f"{url}/health").json()["upstreams"] if entry["name"] == "doomed")
+    assert set(served) == {"a"}
+    assert after["state"] == "cooling" and after["reachable"] is False
 
 
 def test_a_member_answering_503_is_retried_on_another(pair, tmp_path):

@@ -127,12 +127,12 @@ class Pool:
         text = prompt_text(request)
         path = prefix_path(text)
         chosen: Member | None = None
-        if path:
+        if request.affinity_key is not None:
+            chosen = rendezvous(request.affinity_key, open_, name=lambda member: member.name)
+        elif path:
             best = max(open_, key=lambda member: member.prefixes.matched(path))
             if best.prefixes.matched(path) * BLOCK >= PREFIX_SHARE * len(text):
                 chosen = best
-        if chosen is None and request.affinity_key is not None:
-            chosen = rendezvous(request.affinity_key, open_, name=lambda member: member.name)
         if chosen is None:
             chosen = self._least_loaded(open_)
         chosen.prefixes.add(path)

@@ -176,6 +176,7 @@ class ModelRouter:
                 *(member.upstream.list_models() for member in failing), return_exceptions=True
             )
             for member, result in zip(failing, results):
+                self._reachable[member.name] = not isinstance(result, BaseException)
                 if isinstance(result, BaseException):
                     member.failed(f"probe: {result!r}")
                 else:
@@ -258,6 +259,12 @@ class ModelRouter:
         member = self._members.get(id(upstream))
         return {} if member is None else member.state()
 
+    def _failing(self, upstream: ChatUpstream) -> bool:
+        """A pool member that failed and has not answered since: not reachable now, whatever its
+        last listing said."""
+        member = self._members.get(id(upstream))
+        return member is not None and member.failures > 0
+
     def members(self) -> list[Member]:
         """Every pooled upstream (for the metrics)."""
         return list(self._members.values())
@@ -268,7 +275,7 @@ class ModelRouter:
                 "name": upstream.name,
                 "base_url": upstream.config.base_url,
                 "kind": upstream.kind,
-                "reachable": self._reachable.get(upstream.name, False),
+                "reachable": self._reachable.get(upstream.name, False) and not self._failing(upstream),
                 "models": [name for name, owner in self._models.items() if _serves(owner, upstream)],
                 **self._member_state(upstream),
             }

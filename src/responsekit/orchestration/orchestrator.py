@@ -116,17 +116,30 @@ class Prepared:
         return self.history + self.inputs + self.response["output"]
 
 
-def _affinity_key(request: ResponseRequest, history: list[dict[str, Any]]) -> str | None:
+def _affinity_key(
+    request: ResponseRequest, history: list[dict[str, Any]], inputs: list[dict[str, Any]]
+) -> str | None:
     """What ties this request to the earlier ones an engine may still cache (`backends/affinity.py`): the
     client's `prompt_cache_key`, else its conversation, else its `previous_response_id` chain,
-    named by the chain's first item (the same for every turn of the chain)."""
+    named by the chain's first item. A stored response that starts a chain is named by its own
+    first item, which the next turn finds first in its history: so every turn, the first
+    included, carries the same key and lands on the same engine."""
     if request.generation.prompt_cache_key:
         return f"prompt_cache_key:{request.generation.prompt_cache_key}"
     if request.conversation_id:
         return f"conversation:{request.conversation_id}"
-    if request.previous_response_id and history and history[0].get("id"):
-        return f"chain:{history[0]['id']}"
+    chain = history if request.previous_response_id else inputs if _starts_chain(request, inputs) else []
+    if chain and chain[0].get("id"):
+        return f"chain:{chain[0]['id']}"
     return None
+
+
+def _starts_chain(request: ResponseRequest, inputs: list[dict[str, Any]]) -> bool:
+    """A stored first turn: nothing but messages from its client. A replayed history (earlier
+    answers and calls in the input) is left keyless, so it follows the engine holding its prefix."""
+    return request.store and all(
+        item["type"] == "message" and item.get("role") in ("user", "system", "developer") for item in inputs
+    )
 
 
 class Orchestrator:
@@ -173,7 +186,7 @@ class Orchestrator:
             messages=self._messages(request, toolset, items),
             tools=tools,
             parallel_tool_calls=request.generation.parallel_tool_calls if tools else None,
-            affinity_key=_affinity_key(request, history),
+            affinity_key=_affinity_key(request, history, inputs),
         )
         renderer = request.renderer(toolset)
         for item in server_tools.ready_items:
