@@ -311,7 +311,7 @@ def test_native_and_parsed_calls_never_share_an_index():
 
 
 def test_toml_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The configuration shape the README documents."""
+    """The configuration shape docs/configuration.md documents."""
     monkeypatch.delenv("RESPONSEKIT_UPSTREAMS", raising=False)
     config = tmp_path / "responsekit.toml"
     config.write_text(
