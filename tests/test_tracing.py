@@ -255,7 +255,7 @@ def test_off_without_otel_variables(tmp_path):
     # The whole app, served off: the SDK and the exporters are never imported (FastAPI itself
     # imports OpenTelemetry's API, for its own native spans).
     script = (
-        "import sys\nfrom fastapi.testclient import TestClient\nfrom responsekit import tracing\n"
+        "import sys\nfrom fastapi.testclient import TestClient\nfrom responsekit.operations import tracing\n"
         "from responsekit.app import create_app\nfrom responsekit.config import Settings\n"
         "settings = Settings(probe=False, default_model_fallback=False, data_dir=sys.argv[1])\n"
         "with TestClient(create_app(settings)) as client:\n"
