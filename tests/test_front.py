@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import threading
 from pathlib import Path
@@ -23,7 +24,7 @@ from responsekit import __version__
 from responsekit.api.ui.playground import PLAYGROUND_HEADER
 from responsekit.app import create_app
 
-from .harness import serve, text_exchange, tool_call_exchange, wait_for
+from .harness import serve, text_exchange, tool_call_exchange, tool_loop, wait_for
 from .test_ui import _outside_address, browser, page  # noqa: F401  (fixtures)
 
 
@@ -165,11 +166,11 @@ def test_the_playground_streams_answers_and_keeps_the_thread(upstream, settings,
             say(page, "What is the capital of France?")
             # Streamed: the first words are shown while the engine still holds the rest.
             expect()(answer(page, 0).locator(".answer")).to_have_text("Paris is the")
-            expect()(answer(page, 0).locator(".status")).to_have_text("in_progress")
+            expect()(answer(page, 0).locator(".meta .status")).to_have_text("in_progress")
             assert page.locator("#stop").is_enabled() and page.locator("#send").is_disabled()
         finally:
             gate.set()
-        expect()(answer(page, 0).locator(".status")).to_have_text("completed")
+        expect()(answer(page, 0).locator(".meta .status")).to_have_text("completed")
         assert answer(page, 0).locator(".answer").inner_text() == "Paris is the capital of France."
         # Reasoning is folded.
         reasoning = answer(page, 0).locator("details.reasoning")
@@ -181,7 +182,7 @@ def test_the_playground_streams_answers_and_keeps_the_thread(upstream, settings,
 
         # The second turn continues the first on the server: the engine gets the whole thread.
         say(page, "How many people live there?")
-        expect()(answer(page, 1).locator(".status")).to_have_text("completed")
+        expect()(answer(page, 1).locator(".meta .status")).to_have_text("completed")
         assert (
             answer(page, 1).locator(".answer").inner_text()
             == "About 2.1 million people live in Paris."
@@ -217,7 +218,7 @@ def test_stop_ends_a_streamed_answer_and_the_engine_request(upstream, settings, 
             expect()(answer(page, 0).locator(".answer")).to_have_text("first half, ")
             response_id = answer(page, 0).get_attribute("data-response-id")
             page.click("#stop")
-            expect()(answer(page, 0).locator(".status")).to_have_text("stopped")
+            expect()(answer(page, 0).locator(".meta .status")).to_have_text("stopped")
             # The server saw its client leave: the engine's request is cancelled, nothing is stored.
             wait_for(lambda: upstream.cancelled == 1)
             wait_for(lambda: app.state.orchestrator.flights.of("") == [])
@@ -229,7 +230,7 @@ def test_stop_ends_a_streamed_answer_and_the_engine_request(upstream, settings, 
         # The thread goes on from before the stopped answer: here, from nothing.
         expect()(page.locator("#thread-state")).to_have_text("A new thread.")
         say(page, "Start again.")
-        expect()(answer(page, 1).locator(".status")).to_have_text("completed")
+        expect()(answer(page, 1).locator(".meta .status")).to_have_text("completed")
         assert [m["role"] for m in upstream.requests[1]["messages"]] == ["user"]
         assert "previous_response_id" not in str(upstream.requests[1])
 
@@ -243,7 +244,7 @@ def test_an_image_and_a_file_reach_the_engine(upstream, settings, page, tmp_path
         page.set_input_files("#attachment", [tmp_path / "pixel.png", tmp_path / "notes.txt"])
         expect()(page.locator("#attached")).to_have_text("pixel.png, notes.txt")
         say(page, "What is in this picture and this file?")
-        expect()(answer(page, 0).locator(".status")).to_have_text("completed")
+        expect()(answer(page, 0).locator(".meta .status")).to_have_text("completed")
         assert page.locator(".turn.user img.attached").count() == 1
         assert "file notes.txt" in page.locator(".turn.user").inner_text()
         (content,) = [m["content"] for m in upstream.requests[0]["messages"] if m["role"] == "user"]
@@ -272,7 +273,7 @@ def test_tool_calls_are_shown_as_items(upstream, settings, page):  # noqa: F811
         page.click("details.advanced summary")
         page.fill("#tools", tools)
         say(page, "Weather in Oslo?")
-        expect()(answer(page, 0).locator(".status").last).to_have_text("completed")
+        expect()(answer(page, 0).locator(".meta .status")).to_have_text("completed")
         call = answer(page, 0).locator(".item.function_call")
         assert "call get_weather" in call.locator("h3").inner_text()
         assert '"city": "Oslo"' in call.locator("pre.arguments").inner_text()
@@ -283,6 +284,30 @@ def test_tool_calls_are_shown_as_items(upstream, settings, page):  # noqa: F811
         expect()(page.locator("#problem")).to_contain_text("Cannot send")
         assert len(upstream.requests) == 1
 
+
+
+def test_a_server_run_mcp_call_is_shown_as_items(upstream, settings, page):  # noqa: F811
+    """The server's own tool loop: the MCP listing and call are items of the answer, then its text."""
+    from .test_mcp import mcp_app
+
+    settings.allowed_hosts = ["127.0.0.1"]  # the MCP server is on loopback
+    upstream.responder = tool_loop({"add": {"a": 2, "b": 3}})
+    with serve(mcp_app("streamable-http")) as mcp, serve(create_app(settings)) as url:
+        tools = json.dumps([{"type": "mcp", "server_label": "calc", "server_url": f"{mcp}/mcp", "require_approval": "never"}])
+        page.goto(f"{url}/ui/playground")
+        page.click("details.advanced summary")
+        page.fill("#tools", tools)
+        say(page, "What is 2+3?")
+        expect()(answer(page, 0).locator(".meta .status")).to_have_text("completed")
+        listing = answer(page, 0).locator(".item.mcp_list_tools")
+        assert "MCP tools of calc" in listing.locator("h3").inner_text()
+        assert "add, divide" in listing.locator(".result").inner_text()
+        call = answer(page, 0).locator(".item.mcp_call")
+        assert "MCP call calc.add" in call.locator("h3").inner_text() and "completed" in call.locator("h3").inner_text()
+        assert json.loads(call.locator("pre.arguments").inner_text()) == {"a": 2, "b": 3}
+        assert call.locator(".result").inner_text().strip() == "5"
+        assert answer(page, 0).locator(".answer").inner_text() == "The tool said: 5"
+        assert answer(page, 0).locator("details.reasoning").count() == 2  # folded, before each generation's output
 
 def test_with_keys_the_playground_acts_for_the_logged_in_key_only(upstream, settings, page):  # noqa: F811
     settings.api_keys = ["key-of-alice", "key-of-bob"]
@@ -296,7 +321,7 @@ def test_with_keys_the_playground_acts_for_the_logged_in_key_only(upstream, sett
         page.wait_for_url(f"{url}/ui/playground")
         assert "key-of-alice" not in page.content()  # the page holds the session cookie only
         say(page, "Hi")
-        expect()(answer(page, 0).locator(".status")).to_have_text("completed")
+        expect()(answer(page, 0).locator(".meta .status")).to_have_text("completed")
         response_id = answer(page, 0).get_attribute("data-response-id")
         # Stored as Alice's, by the same path as POST /v1/responses.
         alice, bob = ({"authorization": f"Bearer {key}"} for key in ("key-of-alice", "key-of-bob"))
@@ -404,7 +429,7 @@ def test_the_playground_talks_to_the_default_model(gemma_gguf: Path, tmp_path: P
         page.fill("#max-output-tokens", "16")
         say(page, "Write one sentence about the sea.")
         expect()(answer(page, 0).locator(".answer")).not_to_be_empty(timeout=120_000)
-        expect()(answer(page, 0).locator(".status")).to_have_text(
+        expect()(answer(page, 0).locator(".meta .status")).to_have_text(
             re.compile("^(completed|incomplete)$"), timeout=120_000
         )
         assert answer(page, 0).locator(".answer").inner_text().strip()
