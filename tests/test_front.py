@@ -56,10 +56,11 @@ def test_an_api_client_gets_a_json_description(upstream, settings):
             for name, link in facts["links"].items():
                 if name != "api":
                     assert httpx.get(link).status_code == 200, name
-        # Claude Code's first request.
+        # What a client sends to see that a server answers.
         head = httpx.head(f"{url}/", headers={"accept": "*/*"})
         assert head.status_code == 200 and head.content == b""
         assert head.headers["content-type"] == "application/json"
+        assert httpx.head(f"{url}/api/hello").status_code == 200  # Claude Code's warm-up
 
 
 def test_the_description_holds_no_secret(upstream, settings):
@@ -85,6 +86,37 @@ def test_the_description_holds_no_secret(upstream, settings):
             in html.replace("&#34;", '"')
         )
 
+
+
+def test_claude_code_finds_the_server_answering(upstream, settings, tmp_path: Path):
+    """Claude Code itself, set up as `connect claude` sets it up (its non-essential traffic on):
+    every request it sends that is not a generation, its connection warm-up included, gets a 200."""
+    from .test_claude_code import CLAUDE, run_claude
+
+    if not CLAUDE.exists():
+        pytest.skip("needs Claude Code (tests/js: npm install)")
+    upstream.responder = lambda body: text_exchange("OK.")
+    app = create_app(settings)
+    seen: list[tuple[str, str, int]] = []
+
+    async def watched(scope, receive, send):  # type: ignore[no-untyped-def]
+        async def sending(message):  # type: ignore[no-untyped-def]
+            if message["type"] == "http.response.start":
+                seen.append((scope["method"], scope["path"], message["status"]))
+            await send(message)
+
+        await app(scope, receive, sending if scope["type"] == "http" else send)
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    with serve(watched) as url:
+        env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": "unused", "ANTHROPIC_MODEL": "test-model"}
+        events = run_claude(home, work, env, "--max-turns", "1")
+    assert events[-1]["type"] == "result", events[-1]
+    probes = [(method, path, status) for method, path, status in seen if method == "HEAD"]
+    assert probes == [("HEAD", "/api/hello", 200)], seen
+    assert all(status == 200 for _, _, status in seen), seen
 
 def test_a_browser_gets_the_front_page(upstream, settings, page):  # noqa: F811
     with serve(create_app(settings)) as url:

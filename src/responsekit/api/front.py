@@ -1,6 +1,7 @@
 """`/`: the front door. A browser gets a page saying what runs here and how to connect Codex and
 Claude Code to it; an API client (no `text/html` in `Accept`) gets the same facts as a small JSON
-object. Claude Code sends `HEAD /` before its first request and wants a 200.
+object, also to `HEAD /`, which clients send to see that a server answers (Claude Code's warm-up
+is `HEAD /api/hello`, answered the same).
 
 The facts are the router's `/health` ones (`ModelRouter.health`, `list_models`), less what only
 an operator needs (engine addresses, GGUF paths): nothing here is secret or owner-specific, so
@@ -34,6 +35,14 @@ async def front(request: Request) -> Response:
             "front.html", facts=facts, commands=connect_commands(facts), key_variable=KEY_VARIABLE
         )
     return JSONResponse(facts)
+
+
+@router.api_route("/api/hello", methods=["GET", "HEAD"])
+async def hello(request: Request) -> Response:
+    """Claude Code warms its connection with `HEAD {ANTHROPIC_BASE_URL}/api/hello` before its first
+    request and ignores the answer (seen with Claude Code 2.1: tests/test_front.py runs it); the
+    description, rather than a 404 in the log."""
+    return JSONResponse(describe(request))
 
 
 def describe(request: Request) -> dict[str, Any]:
