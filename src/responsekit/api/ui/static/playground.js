@@ -194,6 +194,7 @@
       if (view) view.text.textContent += event.delta;
     } else if (kind === "response.completed" || kind === "response.incomplete" || kind === "response.failed") {
       const response = event.response;
+      answer.ended = true;
       setStatus(answer, response.status);
       if (response.usage) answer.usage.textContent = response.usage.input_tokens + " → " + response.usage.output_tokens + " tokens";
       if (response.incomplete_details) answer.usage.textContent += " (" + response.incomplete_details.reason + ")";
@@ -291,7 +292,10 @@
         signal: controller.signal,
       });
       if (!reply.ok) await failure(answer, reply);
-      else await follow(answer, reply.body);
+      else {
+        await follow(answer, reply.body);
+        if (!answer.ended) setStatus(answer, "interrupted");  // the stream broke before its final event
+      }
     } catch (error) {
       if (error.name === "AbortError") {
         setStatus(answer, "stopped");
