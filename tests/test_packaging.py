@@ -70,8 +70,13 @@ def test_serve_answers_health_with_base_dependencies_only(tmp_path: Path) -> Non
         # The inspector's templates, stylesheet and script are package data: installed, they serve.
         page = httpx.get(f"http://127.0.0.1:{port}/ui", timeout=10)
         assert page.status_code == 200 and "Responses and conversations" in page.text, page.text
-        for asset in ("ui.css", "live.js"):
+        for asset in ("ui.css", "live.js", "front.js", "playground.js"):
             assert httpx.get(f"http://127.0.0.1:{port}/ui/static/{asset}", timeout=10).status_code == 200, asset
+        # So are the front page's and the playground's.
+        front = httpx.get(f"http://127.0.0.1:{port}/", headers={"accept": "text/html"}, timeout=10)
+        assert front.status_code == 200 and "responsekit connect codex" in front.text, front.text
+        playground = httpx.get(f"http://127.0.0.1:{port}/ui/playground", timeout=10)
+        assert playground.status_code == 200 and "/ui/static/playground.js" in playground.text, playground.text
     finally:
         process.terminate()
         process.wait(15)

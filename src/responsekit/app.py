@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from . import __version__
-from .api import conversations, models
+from .api import conversations, front, models
 from .api import files as files_api
 from .api import metrics as metrics_api
 from .api import vector_stores as vector_stores_api
@@ -21,6 +21,7 @@ from .api.messages import routes as messages
 from .api.request_ids import RequestIds
 from .api.responses import render, websocket
 from .api.responses import routes as responses
+from .api.ui import playground
 from .api.ui import routes as ui
 from .backends.router import ModelRouter
 from .config import Settings
@@ -104,9 +105,11 @@ def create_app(settings: Settings) -> FastAPI:
         # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
         app.include_router(frontend, include_in_schema=False)
     app.include_router(models.health)
+    app.include_router(front.router)  # `/`: what runs here, how to connect
     if metrics is not None:
         app.include_router(metrics_api.router)
     app.include_router(ui.router)  # the inspector, last: no generation route tries it first
+    app.include_router(playground.router)  # a chat page on the inspector's session
     app.mount("/ui/static", ui.static)
     app.add_exception_handler(ui.Shown, ui.shown)  # the inspector's page instead of the one asked for
     install_error_handlers(app)

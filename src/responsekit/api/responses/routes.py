@@ -38,7 +38,12 @@ def orchestrator(request: Request) -> Orchestrator:
 
 @plain_post(router, "/responses", CreateResponse)
 async def create_response(request: Request) -> Response:
-    owner = authorize(request)
+    return await create_for(request, authorize(request))
+
+
+async def create_for(request: Request, owner: str) -> Response:
+    """`POST /v1/responses` for `owner`, however the request proved it is theirs: a bearer key
+    here, the inspector's session for the playground (`api/ui/playground.py`)."""
     body = await read_body(request, CreateResponse)
     limit = request.app.state.settings.max_input_items
     if len(body.input_items) > limit:
