@@ -166,6 +166,8 @@ class ChatUpstream:
         self.kind: EngineKind = config.kind if config.kind != "auto" else kind_from_url(config.base_url)
         self._recorder = recorder
         self._undetected: set[str] = set()  # models `parser = "auto"` found no format for (logged once)
+        self._text_only: set[str] = set()
+        """Models the engine refused an image for (`learn_text_only`)."""
         headers = dict(config.headers)
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
@@ -221,6 +223,15 @@ class ChatUpstream:
                     self.kind = kind  # type: ignore[assignment]
                     break
         return [str(model["id"]) for model in data if "id" in model]
+
+    def reads_images(self, model: str) -> bool | None:
+        configured = self.config.reads_images(model)
+        if configured is not None:
+            return configured
+        return False if model in self._text_only else None
+
+    def learn_text_only(self, model: str) -> None:
+        self._text_only.add(model)
 
     async def aclose(self) -> None:
         await self._engine.aclose()
@@ -483,7 +494,7 @@ def _render_content(message: Message) -> str | list[dict[str, Any]]:
     for part in message.content:
         if isinstance(part, ImagePart):
             parts.append({"type": "image_url", "image_url": {"url": part.url, "detail": part.detail}})
-        else:
+        elif isinstance(part, TextPart):
             parts.append({"type": "text", "text": part.text})
     return parts
 

@@ -1,0 +1,286 @@
+"""Images and documents never break a thread (docs/attachments.md).
+
+A real server on loopback in front of the scripted engine: a text-only model gets a note
+in each image's place on every protocol and every turn of a replayed history; an engine
+that refuses images teaches it; a model that reads images gets them unchanged; a bad
+attachment is a note, never an error; documents reach every model as their text.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+from anthropic.types import Message as AnthropicMessage
+
+from responsekit.app import create_app
+from responsekit.config import Settings, UpstreamConfig
+from responsekit.orchestration.attachments import TEXT_ONLY
+
+from .conftest import Server
+from .harness import ScriptedUpstream, check_chat_completion, check_response, image_parts, serve, text_exchange
+from .test_vector_stores import pdf_with_text
+
+PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n fake image bytes").decode()
+
+
+@contextmanager
+def gateway(upstream: ScriptedUpstream, database_url: str, vision: bool | None, **options: Any) -> Iterator[Server]:
+    """ResponseKit in front of the scripted engine, whose model reads images (`vision`) or not."""
+    config = UpstreamConfig(name="scripted", base_url=upstream.url, vision=vision)  # type: ignore[attr-defined]
+    settings = Settings(upstreams=[config], probe=False, database_url=database_url, **options)
+    with serve(create_app(settings)) as url:
+        yield Server(url, upstream)
+
+
+def answering(upstream: ScriptedUpstream) -> None:
+    upstream.responder = lambda body: text_exchange("ok")
+
+
+def sent_texts(body: dict[str, Any]) -> str:
+    """Every text the engine was sent, joined."""
+    texts = []
+    for message in body["messages"]:
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [part.get("text", "") for part in content]
+    return "\n".join(texts)
+
+
+def responses(server: Server, **body: Any) -> dict[str, Any]:
+    answer = httpx.post(f"{server.base_url}/responses", json={"model": "test-model", **body}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    check_response(answer.json())
+    return answer.json()
+
+
+# --- a text-only model: a note in each image's place, on every protocol and turn ------------
+
+
+@pytest.fixture
+def text_only(upstream: ScriptedUpstream, database_url: str) -> Iterator[Server]:
+    answering(upstream)
+    with gateway(upstream, database_url, vision=False) as server:
+        yield server
+
+
+def test_responses_image_to_a_text_only_model_keeps_its_thread(text_only: Server):
+    content = [{"type": "input_text", "text": "What is in this screenshot?"},
+               {"type": "input_image", "image_url": PNG, "detail": "auto"},
+               {"type": "input_image", "image_url": "https://example.com/cat.png"}]  # fmt: skip
+    first = responses(text_only, input=[{"role": "user", "content": content}])
+    previous, prompts = first["id"], []
+    for turn in range(3):
+        previous = responses(text_only, input=f"And turn {turn}?", previous_response_id=previous)["id"]
+    for body in text_only.upstream.requests:
+        assert image_parts(body) == []
+        assert sent_texts(body).count(TEXT_ONLY) == 2
+        prompts.append(body["messages"][0])
+    assert all(prompt == prompts[0] for prompt in prompts), "the replayed turn is the same on every turn"
+
+
+def test_responses_stateless_history_with_an_image_keeps_its_thread(text_only: Server):
+    history: list[dict[str, Any]] = [{"role": "user", "content": [
+        {"type": "input_text", "text": "Look"}, {"type": "input_image", "image_url": PNG}]}]  # fmt: skip
+    for turn in range(4):
+        answer = responses(text_only, input=history, store=False)
+        history += [*answer["output"], {"role": "user", "content": f"turn {turn}"}]
+    assert len(text_only.upstream.requests) == 4
+    assert all(image_parts(body) == [] and TEXT_ONLY in sent_texts(body) for body in text_only.upstream.requests)
+    client = text_only.client()  # the SDK's own request shapes too
+    answer = client.responses.create(model="test-model", input=[{"role": "user", "content": [
+        {"type": "input_image", "image_url": PNG, "detail": "low"}]}])  # type: ignore[list-item]  # fmt: skip
+    assert answer.status == "completed" and image_parts(text_only.upstream.requests[-1]) == []
+
+
+def test_chat_image_to_a_text_only_model_keeps_its_thread(text_only: Server):
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": PNG}}]}]  # fmt: skip
+    for turn in range(4):
+        answer = httpx.post(f"{text_only.base_url}/chat/completions", json={"model": "test-model", "messages": messages})
+        assert answer.status_code == 200, answer.text
+        completion = check_chat_completion(answer.json())
+        messages += [{"role": "assistant", "content": completion.choices[0].message.content},
+                     {"role": "user", "content": f"turn {turn}"}]  # fmt: skip
+    stream = text_only.client().chat.completions.create(model="test-model", messages=messages, stream=True)  # type: ignore[arg-type]
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "ok"
+    assert len(text_only.upstream.requests) == 5
+    assert all(image_parts(body) == [] and TEXT_ONLY in sent_texts(body) for body in text_only.upstream.requests)
+
+
+def test_messages_images_to_a_text_only_model_keep_their_thread(text_only: Server):
+    data = PNG.split(",", 1)[1]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": [
+            {"type": "text", "text": "Read this"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/chart.png"}}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a.png"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]}]},
+    ]  # fmt: skip
+    tools = [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}}]
+    for turn in range(4):
+        body = {"model": "test-model", "max_tokens": 64, "messages": messages, "tools": tools}
+        answer = httpx.post(f"{text_only.base_url}/messages", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        message = AnthropicMessage.model_validate(answer.json())
+        messages += [{"role": "assistant", "content": [block.model_dump() for block in message.content]},
+                     {"role": "user", "content": f"turn {turn}"}]  # fmt: skip
+    assert len(text_only.upstream.requests) == 4
+    for sent in text_only.upstream.requests:
+        assert image_parts(sent) == [] and sent_texts(sent).count(TEXT_ONLY) == 3
+    count = httpx.post(f"{text_only.base_url}/messages/count_tokens", json={"model": "test-model", "messages": messages})
+    assert count.status_code == 200 and count.json()["input_tokens"] > 0
+
+
+def test_an_image_to_the_in_process_text_model_is_a_note(engine_server):
+    """An in-process model loads no projector: it reads text only, and says so instead of a 400."""
+    content = [{"type": "input_text", "text": "hi"}, {"type": "input_image", "image_url": PNG}]
+    answer = httpx.post(f"{engine_server.base_url}/responses", timeout=60,
+                        json={"model": "tiny", "max_output_tokens": 16, "input": [{"role": "user", "content": content}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    assert check_response(answer.json()).status in ("completed", "incomplete")
+    chat = httpx.post(f"{engine_server.base_url}/chat/completions", json={"model": "tiny", "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]}, timeout=60)  # fmt: skip
+    assert chat.status_code == 200, chat.text
+
+
+# --- an engine that does not say: learned from its refusal --------------------------------
+
+
+def test_an_engine_refusing_images_is_learned_from(upstream: ScriptedUpstream, database_url: str, caplog):
+    answering(upstream)
+    upstream.refuses_images = True
+    with gateway(upstream, database_url, vision=None) as server:
+        content = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": PNG}}]
+        body = {"model": "test-model", "messages": [{"role": "user", "content": content}]}
+        answer = httpx.post(f"{server.base_url}/chat/completions", json=body)
+        assert answer.status_code == 200, answer.text
+        refused, retried = upstream.requests
+        assert image_parts(refused) and image_parts(retried) == [] and TEXT_ONLY in sent_texts(retried)
+        assert "not a multimodal model" in caplog.text
+
+        # Learned: later requests, on any protocol, send no image at all.
+        first = responses(server, input=[{"role": "user", "content": [{"type": "input_image", "image_url": PNG}]}],
+                          stream=False)  # fmt: skip
+        assert len(upstream.requests) == 3 and image_parts(upstream.requests[-1]) == []
+        responses(server, input="more", previous_response_id=first["id"])
+        assert len(upstream.requests) == 4 and image_parts(upstream.requests[-1]) == []
+
+
+def test_a_refusal_that_is_not_about_images_is_passed_on(upstream: ScriptedUpstream, database_url: str):
+    upstream.push({"status": 400, "error_body": '{"error": {"message": "temperature is out of range"}}'})
+    with gateway(upstream, database_url, vision=None) as server:
+        content = [{"type": "image_url", "image_url": {"url": PNG}}]
+        answer = httpx.post(f"{server.base_url}/chat/completions",
+                            json={"model": "test-model", "messages": [{"role": "user", "content": content}]})  # fmt: skip
+    assert answer.status_code == 400 and len(upstream.requests) == 1
+
+
+# --- a model that reads images: unchanged ----------------------------------------------------
+
+
+def test_a_model_that_reads_images_gets_them_unchanged(upstream: ScriptedUpstream, database_url: str):
+    answering(upstream)
+    with gateway(upstream, database_url, vision=True) as server:
+        responses(server, input=[{"role": "user", "content": [{"type": "input_image", "image_url": PNG, "detail": "low"}]}])
+        assert image_parts(upstream.requests[-1]) == [{"type": "image_url", "image_url": {"url": PNG, "detail": "low"}}]
+        chat = {"model": "test-model", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]}
+        assert httpx.post(f"{server.base_url}/chat/completions", json=chat).status_code == 200
+        assert image_parts(upstream.requests[-1]) == [{"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}]
+        uploaded = server.client().files.create(file=("shot.png", b"\x89PNG\r\n\x1a\nreal enough"), purpose="vision")
+        responses(server, input=[{"role": "user", "content": [{"type": "input_image", "file_id": uploaded.id}]}])
+        expected = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\nreal enough").decode()
+        assert image_parts(upstream.requests[-1])[0]["image_url"]["url"] == expected
+
+
+# --- bad input: a note, never an error -------------------------------------------------------
+
+BAD_IMAGES = {
+    "data:image/png;base64,!!not base64!!": "not valid base64",
+    "data:image/png;base64,": "it is empty",
+    "data:image/png;base64," + base64.b64encode(b"x" * 4096).decode(): "larger than 1024 bytes",
+    "http://127.0.0.1:9/private.png": "does not let be fetched",
+    "data:image/png,notbase64": "malformed",
+    "file:///etc/passwd": "neither a data URL",
+}
+
+
+@pytest.mark.parametrize("vision", [True, None])
+def test_bad_images_are_notes_in_new_input_and_in_replayed_history(upstream: ScriptedUpstream, database_url: str,
+                                                                   vision: bool | None):  # fmt: skip
+    answering(upstream)
+    with gateway(upstream, database_url, vision=vision, max_image_bytes=1024) as server:
+        content = [{"type": "input_text", "text": "see"}, *({"type": "input_image", "image_url": url} for url in BAD_IMAGES),
+                   {"type": "input_image", "file_id": "file-missing"}]  # fmt: skip
+        first = responses(server, input=[{"role": "user", "content": content}])
+        second = responses(server, input="and?", previous_response_id=first["id"])
+        history = [{"role": "user", "content": content}, *second["output"], {"role": "user", "content": "again"}]
+        responses(server, input=history, store=False)
+        chat = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}} for url in BAD_IMAGES]},
+                {"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]  # fmt: skip
+        answer = httpx.post(f"{server.base_url}/chat/completions", json={"model": "test-model", "messages": chat})
+        assert answer.status_code == 200, answer.text
+        messages = [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "!!"}},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}},
+            {"type": "image", "source": {"type": "url", "url": "http://10.0.0.1/x.png"}}]}]  # fmt: skip
+        answer = httpx.post(f"{server.base_url}/messages", json={"model": "test-model", "max_tokens": 8, "messages": messages})
+        assert answer.status_code == 200, answer.text
+    for position, body in enumerate(upstream.requests[:4]):
+        assert image_parts(body) == []
+        texts = sent_texts(body)
+        assert all(why in texts for why in BAD_IMAGES.values())
+        assert position == 3 or "file file-missing was not found" in texts
+    assert image_parts(upstream.requests[4]) == [] and sent_texts(upstream.requests[4]).count("cannot be shown") == 3
+
+
+# --- documents: their text, for every model ----------------------------------------------
+
+
+def test_pdf_text_by_file_data_file_id_and_file_url(upstream: ScriptedUpstream, database_url: str):
+    answering(upstream)
+    upstream.files["report.pdf"] = pdf_with_text("Revenue grew eleven percent")
+    with gateway(upstream, database_url, vision=False, allowed_hosts=["127.0.0.1"], max_document_chars=19) as server:
+        client = server.client()
+        data = "data:application/pdf;base64," + base64.b64encode(pdf_with_text("Tomatoes need water")).decode()
+        uploaded = client.files.create(file=("minutes.pdf", pdf_with_text("The board met on Monday")), purpose="user_data")
+        url = upstream.url.removesuffix("/v1") + "/files/report.pdf"  # type: ignore[attr-defined]
+        content = [{"type": "input_file", "filename": "garden.pdf", "file_data": data},
+                   {"type": "input_file", "file_id": uploaded.id},
+                   {"type": "input_file", "file_url": url},
+                   {"type": "input_file", "filename": "fake.pdf", "file_data": base64.b64encode(b"not a pdf").decode()},
+                   {"type": "input_file", "file_url": url.replace("report", "missing")},
+                   {"type": "input_file", "file_id": "file-nothere", "filename": "gone.pdf"},
+                   {"type": "input_text", "text": "Summarize"}]  # fmt: skip
+        first = responses(server, input=[{"role": "user", "content": content}])
+        responses(server, input="more", previous_response_id=first["id"])
+        answer = client.responses.create(model="test-model", input=[{"role": "user", "content": [
+            {"type": "input_file", "file_id": uploaded.id}, {"type": "input_text", "text": "again"}]}])  # type: ignore[list-item]  # fmt: skip
+        assert answer.status == "completed"
+    first_prompt, second_prompt = (sent_texts(body) for body in upstream.requests[:2])
+    assert first_prompt == second_prompt.removesuffix("\nok\nmore"), "a replayed document reads the same"
+    assert "[file garden.pdf]\nTomatoes need water\n[end of file garden.pdf]" in first_prompt
+    assert "[file minutes.pdf]\nThe board met on Mo\n[… 4 more characters of minutes.pdf are left out" in first_prompt
+    assert "[file report.pdf]\nRevenue grew eleven\n[… 8 more characters" in first_prompt
+    assert "[file fake.pdf: a PDF whose text cannot be read]" in first_prompt
+    assert "[file missing.pdf at " in first_prompt and "it could not be fetched]" in first_prompt
+    assert "[file gone.pdf: file file-nothere was not found]" in first_prompt
+    assert upstream.file_hits == 3, "report.pdf once (its text is kept), missing.pdf on each turn (a failure is not)"
+    assert "The board met on Mo" in sent_texts(upstream.requests[-1])
+
+
+def test_file_url_to_a_private_address_is_not_fetched(upstream: ScriptedUpstream, database_url: str):
+    answering(upstream)
+    upstream.files["secret.pdf"] = pdf_with_text("secret")
+    with gateway(upstream, database_url, vision=False) as server:
+        url = upstream.url.removesuffix("/v1") + "/files/secret.pdf"  # type: ignore[attr-defined]
+        responses(server, input=[{"role": "user", "content": [{"type": "input_file", "file_url": url}]}])
+    assert upstream.file_hits == 0 and "it could not be fetched" in sent_texts(upstream.requests[-1])
