@@ -22,7 +22,14 @@ from responsekit.config import Settings, UpstreamConfig
 from responsekit.orchestration.attachments import TEXT_ONLY
 
 from .conftest import Server
-from .harness import ScriptedUpstream, check_chat_completion, check_response, image_parts, serve, text_exchange
+from .harness import (
+    ScriptedUpstream,
+    check_chat_completion,
+    check_response,
+    image_parts,
+    serve,
+    text_exchange,
+)
 from .test_vector_stores import pdf_with_text
 
 PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n fake image bytes").decode()
