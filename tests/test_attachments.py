@@ -9,6 +9,7 @@ attachment is a note, never an error; documents reach every model as their text.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,7 +22,7 @@ from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 from responsekit.orchestration.attachments import TEXT_ONLY
 
-from .conftest import Server
+from .conftest import DATABASES, Server
 from .harness import (
     ScriptedUpstream,
     check_chat_completion,
@@ -36,7 +37,7 @@ PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n fake image
 
 
 @contextmanager
-def gateway(upstream: ScriptedUpstream, database_url: str, vision: bool | None, **options: Any) -> Iterator[Server]:
+def gateway(upstream: ScriptedUpstream, database_url: str, vision: bool | dict[str, bool] | None, **options: Any) -> Iterator[Server]:
     """ResponseKit in front of the scripted engine, whose model reads images (`vision`) or not."""
     config = UpstreamConfig(name="scripted", base_url=upstream.url, vision=vision)  # type: ignore[attr-defined]
     settings = Settings(upstreams=[config], probe=False, database_url=database_url, **options)
@@ -291,3 +292,43 @@ def test_file_url_to_a_private_address_is_not_fetched(upstream: ScriptedUpstream
         url = upstream.url.removesuffix("/v1") + "/files/secret.pdf"  # type: ignore[attr-defined]
         responses(server, input=[{"role": "user", "content": [{"type": "input_file", "file_url": url}]}])
     assert upstream.file_hits == 0 and "it could not be fetched" in sent_texts(upstream.requests[-1])
+
+
+# --- a vision model describes images for text-only models ----------------------------------
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_a_vision_model_describes_images_once_and_the_description_is_kept(database_url: str):
+    engine = ScriptedUpstream(models=("test-model", "vision-model"))
+    engine.responder = lambda body: text_exchange("A red square with the word STOP." if body["model"] == "vision-model"
+                                                  else "ok")  # fmt: skip
+    with serve(engine.app) as engine_url:
+        engine.url = f"{engine_url}/v1"  # type: ignore[attr-defined]
+        vision = {"test-model": False, "vision-model": True}
+        options = {"vision_model": "vision-model"}
+        with gateway(engine, database_url, vision, **options) as server:  # type: ignore[arg-type]
+            content = [{"type": "input_text", "text": "What does the sign say?"}, {"type": "input_image", "image_url": PNG}]
+            first = responses(server, input=[{"role": "user", "content": content}])
+            responses(server, input="Sure?", previous_response_id=first["id"])
+            chat = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]
+            assert httpx.post(f"{server.base_url}/chat/completions",
+                              json={"model": "test-model", "messages": chat}).status_code == 200  # fmt: skip
+        with gateway(engine, database_url, vision, **options) as server:  # type: ignore[arg-type]
+            responses(server, input="And now?", previous_response_id=first["id"])  # another process: from the store
+    asked = [body for body in engine.requests if body["model"] == "vision-model"]
+    answered = [body for body in engine.requests if body["model"] == "test-model"]
+    assert len(asked) == 1, "described once, then read from the store"
+    assert image_parts(asked[0]) == [{"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}]
+    note = "another model described the image: A red square with the word STOP.]"
+    assert len(answered) == 4 and all(image_parts(body) == [] and note in sent_texts(body) for body in answered)
+    assert len({json.dumps(body["messages"][0]) for body in answered[:2] + answered[3:]}) == 1, "the same prompt each turn"
+
+
+def test_without_an_answer_from_the_vision_model_the_note_says_an_image_was_attached(upstream, database_url):
+    upstream.responder = lambda body: ({"status": 500, "error_body": "{}"} if body["model"] == "missing-vision"
+                                       else text_exchange("ok"))  # fmt: skip
+    upstream.models.append("missing-vision")
+    vision = {"test-model": False, "missing-vision": True}
+    with gateway(upstream, database_url, vision, vision_model="missing-vision") as server:  # type: ignore[arg-type]
+        responses(server, input=[{"role": "user", "content": [{"type": "input_image", "image_url": PNG}]}])
+    assert TEXT_ONLY in sent_texts(upstream.requests[-1])

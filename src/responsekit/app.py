@@ -72,8 +72,8 @@ def create_app(settings: Settings) -> FastAPI:
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)
         attachments = app.state.attachments = Attachments(
-            urls, app.state.vector_stores, max_image_bytes=settings.max_image_bytes,
-            max_document_chars=settings.max_document_chars,
+            urls, app.state.vector_stores, store, router, vision_model=settings.vision_model,
+            max_image_bytes=settings.max_image_bytes, max_document_chars=settings.max_document_chars,
         )  # fmt: skip
         app.state.orchestrator = Orchestrator(
             router, store, runs, sealer, urls, app.state.vector_stores, attachments, settings.summarizer_model

@@ -230,6 +230,10 @@ class Settings(BaseSettings):
     """Keys sealing reasoning and compaction blobs, newest first (default: the data dir's key file)."""
     summarizer_model: str | None = None
     """A model that writes reasoning summaries when a request asks for `reasoning.summary`."""
+    vision_model: str | None = None
+    """A served model that reads images and describes them for models that read text only (each
+    image once: the description is kept by the image's hash); unset, they are told an image was
+    attached that they cannot see (docs/attachments.md)."""
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Hosts or networks (CIDR) that requests may make the server fetch although they are private."""
     max_image_bytes: int = Field(default=20 * 2**20, gt=0)

@@ -20,6 +20,7 @@ first refusal that names images teaches it (`generate`: one retry without them).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -27,17 +28,21 @@ import logging
 import mimetypes
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 
 from ..backends import Backend
+from ..backends.router import ModelRouter
 from ..canonical.conversation import FilePart, GenerationRequest, ImagePart, Message, Part, TextPart
-from ..canonical.events import Error, Event
+from ..canonical.errors import APIError
+from ..canonical.events import Error, Event, TextDelta
+from ..canonical.ids import storable
 from ..files.extract import HTML_SUFFIXES, ExtractionError, extract_text
 from ..files.service import VectorStores
 from ..operations import tracing
+from ..store import Store
 from ..tools.outbound import FetchError, UrlPolicy
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,20 @@ TEXT_ONLY = (
     "[An image was attached here, but this model reads text only: the image cannot be shown to it. "
     "If the image matters, tell the user that you cannot see images.]"
 )
+
+
+def described(description: str) -> str:
+    """The text in place of an image for a text-only model, when a vision model described it."""
+    return (f"[An image was attached here. This model reads text only, so another model described the image: "
+            f"{description}]")  # fmt: skip
+
+
+DESCRIBE = (
+    "Describe this image for someone who cannot see it: what it shows, and every text, number, "
+    "code or data in it, written out exactly. Reply with the description only."
+)
+DESCRIPTION_TIMEOUT = 120.0
+"""Seconds a vision model has to describe one image; past them, the note without description."""
 
 
 def unusable_image(why: str) -> str:
@@ -75,18 +94,24 @@ class Attachments:
         self,
         urls: UrlPolicy,
         files: VectorStores | None = None,
+        store: Store | None = None,
+        router: ModelRouter | None = None,
         *,
+        vision_model: str | None = None,
         max_image_bytes: int = 20 * 2**20,
         max_document_bytes: int = 32 * 2**20,
         max_document_chars: int = 200_000,
     ) -> None:
         self.urls = urls
         self.files = files
+        self.store = store
+        self.router = router
+        self.vision_model = vision_model if router is not None else None
         self.max_image_bytes = max_image_bytes
         self.max_document_bytes = max_document_bytes
         self.max_document_chars = max_document_chars
         self._texts: OrderedDict[str, str] = OrderedDict()
-        """Documents' texts by the hash of their bytes (or of their URL): read once per process."""
+        """What attachments read as, by kind and hash: the store's rows this process read last."""
 
     # --- before the engine ---------------------------------------------------------------
 
@@ -124,6 +149,10 @@ class Attachments:
     async def _image(self, part: ImagePart, reads: bool | None, owner: str | None, notes: _Notes) -> Part:
         if reads is False:
             notes.text_only += 1
+            if self.vision_model is not None:
+                description = await self._description(part, owner)
+                if description is not None:
+                    return TextPart(described(description))
             return TextPart(TEXT_ONLY)
         why: str | None
         if part.file_id is not None:
@@ -195,59 +224,124 @@ class Attachments:
                 return self._unreadable(name, "its data is not valid base64", notes)
             if len(data) > self.max_document_bytes:
                 return self._unreadable(name, f"it is larger than {self.max_document_bytes} bytes", notes)
-            return self._text(name, data, hashlib.sha256(data).hexdigest())
+            return self._shown(name, await self._known("document", _digest(data), _reader(name, data)))
         if part.file_id is not None:
             read = await self._file(part.file_id, owner, self.max_document_bytes)
             if isinstance(read, str):
                 return self._unreadable(name, read, notes)
             stored_name, data = read
-            return self._text(part.filename or stored_name, data, hashlib.sha256(data).hexdigest())
+            name = part.filename or stored_name
+            return self._shown(name, await self._known("document", _digest(data), _reader(name, data)))
         if part.url is not None:
-            key = "url:" + hashlib.sha256(part.url.encode()).hexdigest()
-            if key in self._texts:
-                self._texts.move_to_end(key)
-                return self._texts[key]
-            try:
-                data = await self.urls.fetch(part.url, self.max_document_bytes)
-            except FetchError as exc:
-                log.warning("file %s at %s cannot be read: %s", name, part.url, exc)
-                return self._unreadable(f"{name} at {part.url}", "it could not be fetched", notes)
-            return self._text(name, data, key)
+            url = part.url
+
+            async def fetched() -> str | None:
+                try:
+                    data = await self.urls.fetch(url, self.max_document_bytes)
+                except FetchError as exc:
+                    log.warning("file %s at %s cannot be read: %s", name, url, exc)
+                    return None
+                return await _reader(name, data)()
+
+            text = await self._kept("document-url", _digest(url.encode()), fetched)
+            if text is None:
+                return self._unreadable(f"{name} at {url}", "it could not be fetched", notes)
+            return self._shown(name, text)
         return f"[file {name}]"
 
     def _unreadable(self, name: str, why: str, notes: _Notes) -> str:
         notes.unusable.append(f"file {name} ({why})")
         return f"[file {name}: {why}]"
 
-    def _text(self, name: str, data: bytes, key: str) -> str:
-        """The document's text for the model, kept under `key` (so that each turn reads it once)."""
-        found = self._texts.get(key)
-        if found is None:
-            found = self._texts[key] = self._read(name, data)
-            while len(self._texts) > 256:
-                self._texts.popitem(last=False)
-        else:
-            self._texts.move_to_end(key)
-        return found
-
-    def _read(self, name: str, data: bytes) -> str:
-        suffix = PurePath(name).suffix.lower()
-        try:
-            if data.startswith(b"%PDF") or suffix == ".pdf":
-                text = extract_text("document.pdf", data)
-            elif suffix in HTML_SUFFIXES:
-                text = extract_text(name, data)
-            else:
-                text = data.decode("utf-8-sig")
-        except UnicodeDecodeError:
+    def _shown(self, name: str, text: str) -> str:
+        """A document's text as the model reads it: headed by its name, cut beyond the bound."""
+        if text == _BINARY:
             return f"[file {name}: binary content that cannot be shown as text]"
-        except ExtractionError as exc:
-            log.warning("file %s cannot be read: %s", name, exc)
+        if text == _UNREADABLE_PDF:
             return f"[file {name}: a PDF whose text cannot be read]"
         if len(text) > self.max_document_chars:
             cut = len(text) - self.max_document_chars
             text = text[: self.max_document_chars] + f"\n[… {cut} more characters of {name} are left out: the file is too long]"
         return f"[file {name}]\n{text}\n[end of file {name}]"
+
+    async def _known(self, kind: str, digest: str, make: Callable[[], Awaitable[str]]) -> str:
+        """`_kept` of what can always be made."""
+        text = await self._kept(kind, digest, make)
+        assert text is not None
+        return text
+
+    async def _kept(self, kind: str, digest: str, make: Callable[[], Awaitable[str | None]]) -> str | None:
+        """What an attachment reads as: kept in the store by its hash (and in memory), else made
+        and kept; None when it cannot be made (not kept: a later turn tries again)."""
+        key = f"{kind}:{digest}"
+        found = self._texts.get(key)
+        if found is None and self.store is not None:
+            found = await self.store.attachment_text(kind, digest)
+        if found is None:
+            found = await make()
+            if found is None:
+                return None
+            if self.store is not None and storable(found):
+                await self.store.keep_attachment_text(kind, digest, found)
+        self._texts[key] = found
+        self._texts.move_to_end(key)
+        while len(self._texts) > 256:
+            self._texts.popitem(last=False)
+        return found
+
+    # --- descriptions by a vision model ------------------------------------------------------
+
+    async def _description(self, part: ImagePart, owner: str | None) -> str | None:
+        """What the vision model says the image shows (kept by the image's hash), or None when
+        the image cannot be used or the model does not answer."""
+        assert self.vision_model is not None
+        url: str | None = part.url
+        if part.file_id is not None:
+            url, _ = await self._file_image(part.file_id, owner)
+        elif part.url.startswith("data:"):
+            url = None if self._data_url_fault(part.url) else part.url
+        elif part.url.startswith(("http://", "https://")):
+            url = None if await self.urls.refusal(part.url, unresolved_ok=True) else part.url
+        else:
+            url = None
+        if url is None:
+            return None
+        match = _DATA_URL.fullmatch(url)
+        digest = _digest(base64.b64decode(match["data"]) if match else url.encode())
+        image = url
+        return await self._kept(f"image-description:{self.vision_model}", digest, lambda: self._describe(image))
+
+    async def _describe(self, url: str) -> str | None:
+        assert self.router is not None and self.vision_model is not None
+        try:
+            backend, model = await self.router.resolve(self.vision_model)
+        except APIError as exc:
+            log.warning("the vision model %s cannot describe images: %s", self.vision_model, exc.message)
+            return None
+        if backend.reads_images(model) is False:
+            log.warning("the vision model %s reads text only: it cannot describe images", self.vision_model)
+            return None
+        request = GenerationRequest(
+            model=model,
+            messages=[Message("user", [TextPart(DESCRIBE), ImagePart(url)])],
+            max_output_tokens=1024,
+            reasoning_effort="none",
+        )
+        pieces: list[str] = []
+        try:
+            async with asyncio.timeout(DESCRIPTION_TIMEOUT), aclosing(tracing.generate(backend, request)) as events:
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        pieces.append(event.text)
+                    elif isinstance(event, Error):
+                        log.warning("the vision model %s could not describe an image: %s", self.vision_model,
+                                    event.message)  # fmt: skip
+                        return None
+        except TimeoutError:
+            log.warning("the vision model %s did not describe an image within %g s", self.vision_model,
+                        DESCRIPTION_TIMEOUT)  # fmt: skip
+            return None
+        return "".join(pieces).strip() or None
 
     # --- the engine's refusal --------------------------------------------------------------
 
@@ -271,6 +365,40 @@ class Attachments:
         async with aclosing(tracing.generate(backend, retry, response_id)) as events:
             async for event in events:
                 yield event
+
+
+_UNREADABLE_PDF = "\x00unreadable PDF"
+_BINARY = "\x00binary"
+"""What a PDF whose text cannot be read and a binary file read as (never a document's text:
+NUL is not storable, so these stay in memory)."""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _reader(name: str, data: bytes) -> Callable[[], Awaitable[str]]:
+    """Reads a document's text off the event loop (pypdf takes a while)."""
+
+    async def read() -> str:
+        return await asyncio.to_thread(_read, name, data)
+
+    return read
+
+
+def _read(name: str, data: bytes) -> str:
+    suffix = PurePath(name).suffix.lower()
+    try:
+        if data.startswith(b"%PDF") or suffix == ".pdf":
+            return extract_text("document.pdf", data)
+        if suffix in HTML_SUFFIXES:
+            return extract_text(name, data)
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return _BINARY
+    except ExtractionError as exc:
+        log.warning("file %s cannot be read: %s", name, exc)
+        return _UNREADABLE_PDF
 
 
 def _refuses_images(error: Error, generation: GenerationRequest) -> bool:
