@@ -179,6 +179,8 @@ class ScriptedUpstream:
     the answer there until the test sets it. With `refuses_images`, a request holding an
     image part is answered 400 as vLLM answers for a text-only model; `files` are served at
     `/files/NAME` (what a `file_url` may point at), and `file_hits` counts their fetches.
+    What the engine tells of its models' modalities: `props` (llama.cpp's `/props`),
+    `capabilities` (Ollama's `/api/show`), `model_types` (LM Studio's `/api/v0/models/NAME`).
     """
 
     def __init__(self, models: tuple[str, ...] = ("test-model",), owned_by: str = "llamacpp") -> None:
@@ -195,12 +197,18 @@ class ScriptedUpstream:
         self.refuses_images = False
         self.files: dict[str, bytes] = {}
         self.file_hits = 0
+        self.props: dict[str, Any] | None = None
+        self.capabilities: dict[str, list[str]] = {}
+        self.model_types: dict[str, str] = {}
         self.app = Starlette(routes=[
             Route("/v1/models", self._models),
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/tokenize", self._tokenize, methods=["POST"]),
             Route("/apply-template", self._apply_template, methods=["POST"]),
             Route("/files/{name}", self._file),
+            Route("/props", self._props),
+            Route("/api/show", self._show, methods=["POST"]),
+            Route("/api/v0/models/{name}", self._model_type),
         ])  # fmt: skip
 
     def push(self, *exchanges: dict[str, Any]) -> None:
@@ -222,6 +230,17 @@ class ScriptedUpstream:
         body = await request.json()
         prompt = " ".join(f"<|{m['role']}|> {m.get('content') or ''}" for m in body["messages"])
         return JSONResponse({"prompt": prompt + " <|assistant|>"})
+
+    async def _props(self, request: Request) -> HTTPResponse:
+        return HTTPResponse(status_code=404) if self.props is None else JSONResponse(self.props)
+
+    async def _show(self, request: Request) -> HTTPResponse:
+        found = self.capabilities.get((await request.json()).get("model"))
+        return HTTPResponse(status_code=404) if found is None else JSONResponse({"capabilities": found})
+
+    async def _model_type(self, request: Request) -> HTTPResponse:
+        found = self.model_types.get(request.path_params["name"])
+        return HTTPResponse(status_code=404) if found is None else JSONResponse({"type": found})
 
     async def _file(self, request: Request) -> HTTPResponse:
         self.file_hits += 1

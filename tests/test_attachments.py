@@ -158,6 +158,9 @@ def test_an_image_to_the_in_process_text_model_is_a_note(engine_server):
     chat = httpx.post(f"{engine_server.base_url}/chat/completions", json={"model": "tiny", "max_tokens": 4, "messages": [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]}, timeout=60)  # fmt: skip
     assert chat.status_code == 200, chat.text
+    health = httpx.get(f"{engine_server.url}/health").json()
+    engine = next(entry for entry in health["upstreams"] if entry["kind"] == "llama.cpp (in-process)")
+    assert engine["images"] == {"tiny": {"reads_images": False, "source": "no multimodal projector is loaded"}}
 
 
 # --- an engine that does not say: learned from its refusal --------------------------------
@@ -332,3 +335,50 @@ def test_without_an_answer_from_the_vision_model_the_note_says_an_image_was_atta
     with gateway(upstream, database_url, vision, vision_model="missing-vision") as server:  # type: ignore[arg-type]
         responses(server, input=[{"role": "user", "content": [{"type": "input_image", "image_url": PNG}]}])
     assert TEXT_ONLY in sent_texts(upstream.requests[-1])
+
+
+# --- engines that tell what their models read ----------------------------------------------
+
+
+def images_health(server: Server) -> dict[str, Any]:
+    health = httpx.get(f"{server.url}/health").json()
+    return {entry["name"]: entry["images"] for entry in health["upstreams"]}
+
+
+@pytest.mark.parametrize(("owned_by", "kind", "told", "reads"), [
+    ("llamacpp", "auto", {"props": {"modalities": {"vision": False, "audio": False}}}, False),
+    ("llamacpp", "auto", {"props": {"modalities": {"vision": True}}}, True),
+    ("ollama", "auto", {"capabilities": {"test-model": ["completion", "tools"]}}, False),
+    ("ollama", "auto", {"capabilities": {"test-model": ["completion", "vision"]}}, True),
+    ("someone", "lmstudio", {"model_types": {"test-model": "llm"}}, False),
+    ("someone", "lmstudio", {"model_types": {"test-model": "vlm"}}, True),
+])  # fmt: skip
+def test_what_an_engine_tells_of_its_model(database_url: str, owned_by: str, kind: str, told: dict[str, Any],
+                                           reads: bool):  # fmt: skip
+    engine = ScriptedUpstream(owned_by=owned_by)
+    for name, value in told.items():
+        setattr(engine, name, value)
+    answering(engine)
+    with serve(engine.app) as engine_url:
+        config = UpstreamConfig(name="engine", base_url=f"{engine_url}/v1", kind=kind)  # type: ignore[arg-type]
+        settings = Settings(upstreams=[config], probe=False, database_url=database_url)
+        with serve(create_app(settings)) as url:
+            server = Server(url, engine)
+            assert images_health(server) == {"engine": {"test-model": {"reads_images": reads,
+                                                                       "source": "told by the engine"}}}  # fmt: skip
+            responses(server, input=[{"role": "user", "content": [{"type": "input_image", "image_url": PNG}]}])
+    assert bool(image_parts(engine.requests[-1])) is reads
+    assert (TEXT_ONLY in sent_texts(engine.requests[-1])) is not reads
+
+
+def test_health_says_what_each_model_reads(upstream: ScriptedUpstream, database_url: str):
+    with gateway(upstream, database_url, vision={"test-model": False}) as server:
+        assert images_health(server) == {"scripted": {"test-model": {"reads_images": False, "source": "configured"}}}
+    with gateway(upstream, database_url, vision=None) as server:
+        assert images_health(server) == {"scripted": {"test-model": {"reads_images": None, "source": None}}}
+        answering(upstream)
+        upstream.refuses_images = True
+        chat = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]
+        assert httpx.post(f"{server.base_url}/chat/completions", json={"model": "test-model", "messages": chat}).status_code == 200
+        learned = {"reads_images": False, "source": "learned from a refusal"}
+        assert images_health(server) == {"scripted": {"test-model": learned}}

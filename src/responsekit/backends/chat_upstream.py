@@ -168,6 +168,9 @@ class ChatUpstream:
         self._undetected: set[str] = set()  # models `parser = "auto"` found no format for (logged once)
         self._text_only: set[str] = set()
         """Models the engine refused an image for (`learn_text_only`)."""
+        self._told: dict[str, bool] = {}
+        """Whether each model reads images, as the engine told (`_ask_modalities`)."""
+        self._asked: set[str] = set()
         headers = dict(config.headers)
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
@@ -222,13 +225,53 @@ class ChatUpstream:
                 if owner in owners:
                     self.kind = kind  # type: ignore[assignment]
                     break
-        return [str(model["id"]) for model in data if "id" in model]
+        names = [str(model["id"]) for model in data if "id" in model]
+        await self._ask_modalities(names)
+        return names
+
+    async def _ask_modalities(self, names: list[str]) -> None:
+        """Ask engines that tell whether a model reads images, once per model: llama.cpp's
+        server (`/props` `modalities`), Ollama (`/api/show` `capabilities`), LM Studio
+        (`/api/v0/models/{model}` `type`). An engine that does not answer tells nothing."""
+        root = self.config.base_url.removesuffix("/v1")
+        for name in names:
+            if name in self._asked or self.config.reads_images(name) is not None:
+                continue
+            self._asked.add(name)
+            try:
+                if self.kind == "llamacpp":
+                    answer = await self._client.get(f"{root}/props", timeout=5.0)
+                    modalities = answer.json().get("modalities") if answer.status_code == 200 else None
+                    if isinstance(modalities, dict) and isinstance(modalities.get("vision"), bool):
+                        self._told[name] = modalities["vision"]
+                elif self.kind == "ollama":
+                    answer = await self._client.post(f"{root}/api/show", json={"model": name}, timeout=5.0)
+                    capabilities = answer.json().get("capabilities") if answer.status_code == 200 else None
+                    if isinstance(capabilities, list):
+                        self._told[name] = "vision" in capabilities
+                elif self.kind == "lmstudio":
+                    answer = await self._client.get(f"{root}/api/v0/models/{name}", timeout=5.0)
+                    kind = answer.json().get("type") if answer.status_code == 200 else None
+                    if kind in ("vlm", "llm"):
+                        self._told[name] = kind == "vlm"
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                log.debug("upstream %s did not tell whether %s reads images: %r", self.name, name, exc)
 
     def reads_images(self, model: str) -> bool | None:
         configured = self.config.reads_images(model)
         if configured is not None:
             return configured
-        return False if model in self._text_only else None
+        if model in self._text_only:
+            return False
+        return self._told.get(model)
+
+    def images_source(self, model: str) -> str | None:
+        """Where `reads_images` comes from (`/health`): configured, told by the engine, learned."""
+        if self.config.reads_images(model) is not None:
+            return "configured"
+        if model in self._text_only:
+            return "learned from a refusal"
+        return "told by the engine" if model in self._told else None
 
     def learn_text_only(self, model: str) -> None:
         self._text_only.add(model)

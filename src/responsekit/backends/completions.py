@@ -55,6 +55,12 @@ class CompletionsUpstream(ChatUpstream):
         """Never: this server renders the chat template itself, as text (`prompting/templates.py`)."""
         return False
 
+    def images_source(self, model: str) -> str | None:
+        return "the chat template is rendered here, as text"
+
+    async def _ask_modalities(self, names: list[str]) -> None:
+        """Nothing to ask: the engine never gets an image from here."""
+
     async def prompting(self, model: str) -> ModelPrompting:
         """The model's template and format: the configured file, else the engine's own (llama.cpp `/props`)."""
         found = self._prompting.get(model)

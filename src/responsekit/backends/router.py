@@ -269,7 +269,9 @@ class ModelRouter:
                 "base_url": upstream.config.base_url,
                 "kind": upstream.kind,
                 "reachable": self._reachable.get(upstream.name, False),
-                "models": [name for name, owner in self._models.items() if _serves(owner, upstream)],
+                "models": (models := [name for name, owner in self._models.items() if _serves(owner, upstream)]),
+                "images": {name: {"reads_images": upstream.reads_images(name), "source": upstream.images_source(name)}
+                           for name in models},
                 **self._member_state(upstream),
             }
             for upstream in self.upstreams
@@ -281,6 +283,7 @@ class ModelRouter:
                 "kind": engine.kind,
                 "reachable": engine.loaded,
                 "models": [engine.config.name],
+                "images": {engine.config.name: {"reads_images": False, "source": "no multimodal projector is loaded"}},
                 "chat_template": engine.template_origin,
             }
             for engine in self.engines
