@@ -382,3 +382,11 @@ def test_health_says_what_each_model_reads(upstream: ScriptedUpstream, database_
         assert httpx.post(f"{server.base_url}/chat/completions", json={"model": "test-model", "messages": chat}).status_code == 200
         learned = {"reads_images": False, "source": "learned from a refusal"}
         assert images_health(server) == {"scripted": {"test-model": learned}}
+
+
+def test_the_inspector_shows_what_the_model_reads(text_only: Server):
+    answer = responses(text_only, input=[{"role": "user", "content": [{"type": "input_image", "image_url": PNG}]}])
+    page = httpx.get(f"{text_only.url}/ui/responses/{answer['id']}")
+    assert page.status_code == 200
+    assert "<dt>Images</dt><dd>the model reads text only: each image is described or noted in text" in page.text
+    assert "(configured)</dd>" in page.text

@@ -133,6 +133,9 @@ class LlamaCppBackend:
         """Never: no multimodal projector is loaded with the model, so it reads text only."""
         return False
 
+    def images_source(self, model: str) -> str | None:
+        return "no multimodal projector is loaded"
+
     def learn_text_only(self, model: str) -> None:
         """Nothing to learn: it never gets an image."""
 

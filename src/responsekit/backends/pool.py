@@ -187,6 +187,13 @@ class Pool:
         answers = {member.upstream.reads_images(model) for member in self.members}
         return False if False in answers else True if True in answers else None
 
+    def images_source(self, model: str) -> str | None:
+        reads = self.reads_images(model)
+        for member in self.members:
+            if member.upstream.reads_images(model) == reads:
+                return member.upstream.images_source(model)
+        return None
+
     def learn_text_only(self, model: str) -> None:
         for member in self.members:
             member.upstream.learn_text_only(model)

@@ -237,6 +237,14 @@ class ModelRouter:
                 return upstream, target
         return None
 
+    def images(self, model: str) -> dict[str, Any] | None:
+        """Whether the model a client names reads images, and who said (None: not served)."""
+        found = self._lookup(model)
+        if found is None:
+            return None
+        backend, target = found
+        return {"reads_images": backend.reads_images(target), "source": backend.images_source(target)}
+
     def serves(self, model: str) -> bool:
         """Whether `model` is a name an engine serves (what `resolve` returns)."""
         return model in self._models
@@ -283,7 +291,8 @@ class ModelRouter:
                 "kind": engine.kind,
                 "reachable": engine.loaded,
                 "models": [engine.config.name],
-                "images": {engine.config.name: {"reads_images": False, "source": "no multimodal projector is loaded"}},
+                "images": {engine.config.name: {"reads_images": engine.reads_images(engine.model),
+                                                "source": engine.images_source(engine.model)}},
                 "chat_template": engine.template_origin,
             }
             for engine in self.engines
