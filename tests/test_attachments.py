@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 from anthropic.types import Message as AnthropicMessage
@@ -94,13 +95,18 @@ def test_responses_image_to_a_text_only_model_keeps_its_thread(text_only: Server
 
 
 def test_responses_stateless_history_with_an_image_keeps_its_thread(text_only: Server):
-    history: list[dict[str, Any]] = [{"role": "user", "content": [
-        {"type": "input_text", "text": "Look"}, {"type": "input_image", "image_url": PNG}]}]  # fmt: skip
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "input_text", "text": "Look"}, {"type": "input_image", "image_url": PNG}]},
+        {"type": "function_call", "call_id": "c1", "name": "screenshot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_image", "image_url": PNG}]},
+    ]  # fmt: skip
+    tools = [{"type": "function", "name": "screenshot", "parameters": {"type": "object"}}]
     for turn in range(4):
-        answer = responses(text_only, input=history, store=False)
+        answer = responses(text_only, input=history, store=False, tools=tools)
         history += [*answer["output"], {"role": "user", "content": f"turn {turn}"}]
     assert len(text_only.upstream.requests) == 4
-    assert all(image_parts(body) == [] and TEXT_ONLY in sent_texts(body) for body in text_only.upstream.requests)
+    for body in text_only.upstream.requests:  # the image of the tool output too
+        assert image_parts(body) == [] and sent_texts(body).count(TEXT_ONLY) == 2
     client = text_only.client()  # the SDK's own request shapes too
     answer = client.responses.create(model="test-model", input=[{"role": "user", "content": [
         {"type": "input_image", "image_url": PNG, "detail": "low"}]}])  # type: ignore[list-item]  # fmt: skip
@@ -390,3 +396,25 @@ def test_the_inspector_shows_what_the_model_reads(text_only: Server):
     assert page.status_code == 200
     assert "<dt>Images</dt><dd>the model reads text only: each image is described or noted in text" in page.text
     assert "(configured)</dd>" in page.text
+
+
+@pytest.mark.parametrize("protocol", ["responses", "messages"])
+def test_a_streamed_request_refused_for_its_images_is_retried_without_them(upstream: ScriptedUpstream,
+                                                                          database_url: str, protocol: str):  # fmt: skip
+    answering(upstream)
+    upstream.refuses_images = True
+    with gateway(upstream, database_url, vision=None) as server:
+        if protocol == "responses":
+            content = [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": PNG}]
+            stream = server.client().responses.create(model="test-model", stream=True,
+                                                      input=[{"role": "user", "content": content}])  # type: ignore[list-item]  # fmt: skip
+            events = list(stream)
+            assert events[-1].type == "response.completed" and events[-1].response.output_text == "ok"
+        else:
+            client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0)
+            data = PNG.split(",", 1)[1]
+            with client.messages.stream(model="test-model", max_tokens=16, messages=[{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]}]) as stream:  # fmt: skip
+                assert stream.get_final_message().content[0].text == "ok"  # type: ignore[union-attr]
+    refused, retried = upstream.requests
+    assert image_parts(refused) and image_parts(retried) == [] and TEXT_ONLY in sent_texts(retried)
