@@ -418,3 +418,33 @@ def test_a_streamed_request_refused_for_its_images_is_retried_without_them(upstr
                 assert stream.get_final_message().content[0].text == "ok"  # type: ignore[union-attr]
     refused, retried = upstream.requests
     assert image_parts(refused) and image_parts(retried) == [] and TEXT_ONLY in sent_texts(retried)
+
+
+def test_documents_on_chat_and_messages(upstream: ScriptedUpstream, database_url: str):
+    answering(upstream)
+    upstream.files["plan.pdf"] = pdf_with_text("Launch on Friday")
+    with gateway(upstream, database_url, vision=False, allowed_hosts=["127.0.0.1"]) as server:
+        uploaded = server.client().files.create(file=("notes.pdf", pdf_with_text("Buy more coffee")), purpose="user_data")
+        data = "data:application/pdf;base64," + base64.b64encode(pdf_with_text("Tomatoes need water")).decode()
+        chat = [{"role": "user", "content": [
+            {"type": "file", "file": {"filename": "garden.pdf", "file_data": data}},
+            {"type": "file", "file": {"file_id": uploaded.id}},
+            {"type": "text", "text": "Summarize"}]}]  # fmt: skip
+        answer = httpx.post(f"{server.base_url}/chat/completions", json={"model": "test-model", "messages": chat})
+        assert answer.status_code == 200, answer.text
+        url = upstream.url.removesuffix("/v1") + "/files/plan.pdf"  # type: ignore[attr-defined]
+        messages = [{"role": "user", "content": [
+            {"type": "document", "title": "plan.pdf", "source": {"type": "url", "url": url}},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                            "data": base64.b64encode(b"not a pdf").decode()}},
+            {"type": "text", "text": "Summarize"}]}]  # fmt: skip
+        answer = httpx.post(f"{server.base_url}/messages", json={"model": "test-model", "max_tokens": 8, "messages": messages})
+        assert answer.status_code == 200, answer.text
+        count = httpx.post(f"{server.base_url}/messages/count_tokens", json={"model": "test-model", "messages": messages})
+        assert count.status_code == 200
+    chat_prompt, messages_prompt = (sent_texts(body) for body in upstream.requests)
+    assert "[file garden.pdf]\nTomatoes need water\n[end of file garden.pdf]" in chat_prompt
+    assert "[file notes.pdf]\nBuy more coffee\n[end of file notes.pdf]" in chat_prompt
+    assert "[file plan.pdf]\nLaunch on Friday\n[end of file plan.pdf]" in messages_prompt
+    assert "[document document.pdf: a PDF whose text cannot be read]" in messages_prompt
+    assert upstream.file_hits == 1, "fetched once: the count read the kept text"

@@ -23,13 +23,13 @@ router = APIRouter()
 
 @plain_post(router, "/chat/completions", CreateChatCompletion)
 async def create_chat_completion(request: Request) -> Response:
-    authorize(request)
+    owner = authorize(request)
     body = await read_body(request, CreateChatCompletion)
     observed = observation(request, "/v1/chat/completions", body.stream)
     generation = translate(body)
     upstream, generation.model = await request.app.state.router.resolve(body.model)
     attachments = request.app.state.attachments
-    generation = await attachments.prepare(upstream, generation)
+    generation = await attachments.prepare(upstream, generation, owner)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
