@@ -448,3 +448,17 @@ def test_documents_on_chat_and_messages(upstream: ScriptedUpstream, database_url
     assert "[file plan.pdf]\nLaunch on Friday\n[end of file plan.pdf]" in messages_prompt
     assert "[document document.pdf: a PDF whose text cannot be read]" in messages_prompt
     assert upstream.file_hits == 1, "fetched once: the count read the kept text"
+
+
+def test_a_compaction_summary_reads_documents_and_images_as_text(upstream: ScriptedUpstream, database_url: str):
+    """The summarizing model reads a transcript: documents as their text, images as notes."""
+    upstream.push(text_exchange("The user sent a garden PDF and a screenshot."))
+    with gateway(upstream, database_url, vision=True) as server:
+        data = "data:application/pdf;base64," + base64.b64encode(pdf_with_text("Tomatoes need water")).decode()
+        history = [{"role": "user", "content": [{"type": "input_file", "filename": "garden.pdf", "file_data": data},
+                                                {"type": "input_image", "image_url": PNG}]},
+                   {"role": "assistant", "content": "Noted."}]  # fmt: skip
+        compacted = server.client().responses.compact(model="test-model", input=history)  # type: ignore[arg-type]
+        assert compacted.output[0].type == "compaction"
+    transcript = upstream.requests[0]["messages"][1]["content"]
+    assert "[file garden.pdf]\nTomatoes need water\n[end of file garden.pdf]" in transcript and TEXT_ONLY in transcript

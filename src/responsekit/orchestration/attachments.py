@@ -133,6 +133,12 @@ class Attachments:
                         len(notes.unusable), "; ".join(notes.unusable))  # fmt: skip
         return replace(generation, messages=messages)
 
+    async def in_text(self, messages: list[Message], owner: str | None = None) -> list[Message]:
+        """The messages with every attachment as text, as for a text-only model: for a transcript
+        that a model reads as plain text (a compaction summary)."""
+        notes = _Notes()
+        return [await self._message(message, False, owner, notes) for message in messages]
+
     async def _message(self, message: Message, reads: bool | None, owner: str | None, notes: _Notes) -> Message:
         if not any(isinstance(part, (ImagePart, FilePart)) for part in message.content):
             return message

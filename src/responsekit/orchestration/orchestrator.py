@@ -259,9 +259,12 @@ class Orchestrator:
 
     # --- compaction ---------------------------------------------------------------------
 
-    async def compaction_item(self, model: str, items: list[dict[str, Any]]) -> tuple[dict[str, Any], Usage]:
-        """One compaction item standing for `items`: their summary, sealed."""
-        messages = translate_items(self.for_model(items), ToolSet())
+    async def compaction_item(
+        self, model: str, items: list[dict[str, Any]], owner: str | None = None
+    ) -> tuple[dict[str, Any], Usage]:
+        """One compaction item standing for `items`: their summary, sealed (documents and images
+        summarized as the text they read as)."""
+        messages = await self.attachments.in_text(translate_items(self.for_model(items), ToolSet()), owner)
         summary, usage = await compaction_summary(self.router, model, messages)
         if not summary:
             raise APIError(502, "The model returned no summary to compact the conversation with.",
@@ -279,7 +282,7 @@ class Orchestrator:
             return
         log.info("compacting the history of %s: %d tokens > %d", prepared.response["id"], tokens, threshold)
         request = prepared.request
-        item, _ = await self.compaction_item(request.generation.model, prepared.history + prepared.inputs)
+        item, _ = await self.compaction_item(request.generation.model, prepared.history + prepared.inputs, prepared.owner)
         instructions = [i for i in prepared.history if i.get("type") == "message" and i.get("role") in
                         ("system", "developer")]  # fmt: skip
         messages = self._messages(request, prepared.toolset, [*instructions, item, *prepared.inputs])
