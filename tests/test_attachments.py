@@ -462,3 +462,22 @@ def test_a_compaction_summary_reads_documents_and_images_as_text(upstream: Scrip
         assert compacted.output[0].type == "compaction"
     transcript = upstream.requests[0]["messages"][1]["content"]
     assert "[file garden.pdf]\nTomatoes need water\n[end of file garden.pdf]" in transcript and TEXT_ONLY in transcript
+
+
+def test_the_default_model_answers_a_screenshot(gemma_gguf, tmp_path):
+    """The case that lost threads: one `input_image` to the embedded Gemma 3 270M (text only),
+    then the thread goes on."""
+    from responsekit.backends.default_model import DEFAULT_MODEL_NAME
+    from responsekit.config import LocalModel
+
+    model = LocalModel(name=DEFAULT_MODEL_NAME, path=gemma_gguf, context=2048, max_output_tokens=8)
+    settings = Settings(probe=False, data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'state.db'}", models=[model])
+    with serve(create_app(settings)) as url:
+        content = [{"type": "input_text", "text": "What is in this screenshot?"}, {"type": "input_image", "image_url": PNG}]
+        answer = httpx.post(f"{url}/v1/responses", json={"model": DEFAULT_MODEL_NAME, "input": [
+            {"role": "user", "content": content}]}, timeout=120)  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        previous = check_response(answer.json()).id
+        follow = httpx.post(f"{url}/v1/responses", json={"model": DEFAULT_MODEL_NAME, "input": "And now?",
+                                                          "previous_response_id": previous}, timeout=120)  # fmt: skip
+        assert follow.status_code == 200, follow.text
