@@ -192,6 +192,23 @@ def test_an_engine_refusing_images_is_learned_from(upstream: ScriptedUpstream, d
         assert len(upstream.requests) == 4 and image_parts(upstream.requests[-1]) == []
 
 
+def test_an_image_its_engine_cannot_read_is_a_note_and_teaches_nothing(upstream: ScriptedUpstream, database_url: str):
+    """A model that reads images, whose engine cannot fetch or decode one of them: that request
+    goes again with a note in the images' places, and the model still gets images."""
+    answering(upstream)
+    upstream.push({"status": 400, "error_body": '{"object": "error", "message": "Failed to load image from '
+                                                'https://example.com/gone.png: 404", "code": 400}'})  # fmt: skip
+    with gateway(upstream, database_url, vision=None) as server:
+        content = [{"type": "image_url", "image_url": {"url": "https://example.com/gone.png"}}]
+        body = {"model": "test-model", "messages": [{"role": "user", "content": content}]}
+        assert httpx.post(f"{server.base_url}/chat/completions", json=body).status_code == 200
+        refused, retried = upstream.requests
+        assert image_parts(refused) and image_parts(retried) == []
+        assert "the model's engine could not read it" in sent_texts(retried)
+        assert httpx.post(f"{server.base_url}/chat/completions", json=body).status_code == 200
+        assert image_parts(upstream.requests[-1]), "not learned as text-only"
+
+
 def test_a_refusal_that_is_not_about_images_is_passed_on(upstream: ScriptedUpstream, database_url: str):
     upstream.push({"status": 400, "error_body": '{"error": {"message": "temperature is out of range"}}'})
     with gateway(upstream, database_url, vision=None) as server:
@@ -227,7 +244,9 @@ BAD_IMAGES = {
     "http://127.0.0.1:9/private.png": "does not let be fetched",
     "data:image/png,notbase64": "malformed",
     "file:///etc/passwd": "neither a data URL",
+    "http://[::1/x.png": "does not let be fetched",
 }
+ODD_URLS = ["http://a\x00b/x.png", "http://" + "a" * 300 + "/x.png", "https://127.1:99999/x"]
 
 
 @pytest.mark.parametrize("vision", [True, None])
@@ -236,6 +255,8 @@ def test_bad_images_are_notes_in_new_input_and_in_replayed_history(upstream: Scr
     answering(upstream)
     with gateway(upstream, database_url, vision=vision, max_image_bytes=1024) as server:
         content = [{"type": "input_text", "text": "see"}, *({"type": "input_image", "image_url": url} for url in BAD_IMAGES),
+                   *({"type": "input_image", "image_url": url} for url in ODD_URLS),
+                   *({"type": "input_file", "file_url": url} for url in ODD_URLS),
                    {"type": "input_image", "file_id": "file-missing"}]  # fmt: skip
         first = responses(server, input=[{"role": "user", "content": content}])
         second = responses(server, input="and?", previous_response_id=first["id"])

@@ -72,9 +72,15 @@ def unusable_image(why: str) -> str:
     return f"[An image was attached here, but it cannot be shown to the model: {why}.]"
 
 
-_IMAGE_REFUSAL = re.compile(r"multi-?modal|image|vision|mmproj", re.IGNORECASE)
-"""What an engine's refusal of an image says: vLLM "… is not a multimodal model", llama.cpp's
-server "image input is not supported", Ollama and LM Studio "… does not support images"."""
+_IMAGE_REFUSAL = re.compile(
+    r"multi-?modal|vision|mmproj|images?( input)?[^.]{0,40}(not supported|unsupported)"
+    r"|(not|n't) support[^.]{0,20}images?|required for image input",
+    re.IGNORECASE,
+)
+"""What an engine says when its model reads no image (not when one image is bad: that model
+still reads others): vLLM "… is not a multimodal model", llama.cpp's server "image input is not
+supported", LM Studio "Model does not support images", Ollama "… missing data required for
+image input"."""
 
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?);base64,(?P<data>.*)", re.DOTALL)
 
@@ -354,20 +360,28 @@ class Attachments:
     async def generate(
         self, backend: Backend, generation: GenerationRequest, response_id: str | None = None
     ) -> AsyncIterator[Event]:
-        """The engine's events for a prepared request; an engine that refuses its images (a 4xx
-        naming images, before any answer) has its model learned as text-only, and the request
-        is sent once more with notes in the images' places."""
+        """The engine's events for a prepared request. When the engine refuses it for its images
+        (a 4xx naming images, before any answer), it is sent once more with notes in the images'
+        places: a refusal that says the model reads no image also teaches that it is text-only
+        (later requests send none); one about these images (one the engine could not fetch or
+        decode) does not."""
         async with aclosing(tracing.generate(backend, generation, response_id)) as events:
             first = await anext(events, None)
-            if not (isinstance(first, Error) and _refuses_images(first, generation)):
+            if not (isinstance(first, Error) and _about_images(first, generation)):
                 if first is not None:
                     yield first
                 async for event in events:
                     yield event
                 return
-        log.warning("model %s refused an image (%s): it reads text only from now on", generation.model, first.message)
-        backend.learn_text_only(generation.model)
-        retry = await self.prepare(backend, generation)
+        if _IMAGE_REFUSAL.search(first.message):
+            log.warning("model %s refused an image (%s): it reads text only from now on", generation.model,
+                        first.message)  # fmt: skip
+            backend.learn_text_only(generation.model)
+            retry = await self.prepare(backend, generation)
+        else:
+            log.warning("the engine of model %s could not take this request's images (%s): sent again without them",
+                        generation.model, first.message)  # fmt: skip
+            retry = _without_images(generation)
         async with aclosing(tracing.generate(backend, retry, response_id)) as events:
             async for event in events:
                 yield event
@@ -407,10 +421,26 @@ def _read(name: str, data: bytes) -> str:
         return _UNREADABLE_PDF
 
 
-def _refuses_images(error: Error, generation: GenerationRequest) -> bool:
+_NAMES_IMAGES = re.compile(r"image|multi-?modal|vision|mmproj", re.IGNORECASE)
+
+
+def _about_images(error: Error, generation: GenerationRequest) -> bool:
+    """Whether the engine's error is a refusal of the request's images (a 4xx naming images)."""
     return (
         400 <= error.status < 500
         and error.status not in (401, 403, 404, 429)
-        and _IMAGE_REFUSAL.search(error.message) is not None
+        and _NAMES_IMAGES.search(error.message) is not None
         and any(isinstance(part, ImagePart) for m in generation.messages for part in m.content)
     )
+
+
+ENGINE_FAILED = unusable_image("the model's engine could not read it")
+
+
+def _without_images(generation: GenerationRequest) -> GenerationRequest:
+    """The request with a note in each image's place (the engine could not take them)."""
+    messages = [
+        replace(m, content=[TextPart(ENGINE_FAILED) if isinstance(part, ImagePart) else part for part in m.content])
+        for m in generation.messages
+    ]
+    return replace(generation, messages=messages)

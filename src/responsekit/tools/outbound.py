@@ -43,10 +43,14 @@ class UrlPolicy:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return f"`{url}` is not an http(s) URL."
         host = parts.hostname.lower()
+        if not host.isprintable() or any(character.isspace() for character in host):
+            return f"`{url}` does not name a valid host."
         if host in self._hosts:
             return None
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
+        except ValueError:  # a host no resolver takes (a NUL, a label too long)
+            return f"`{url}` does not name a valid host."
         except OSError:
             return None if unresolved_ok else f"Cannot resolve the host of `{url}`."
         for info in infos:
@@ -78,7 +82,7 @@ class UrlPolicy:
                             if len(body) > limit:
                                 raise FetchError(f"`{url}` holds more than {limit} bytes.")
                         return bytes(body)
-                except httpx.HTTPError as exc:
+                except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
                     raise FetchError(f"`{url}` could not be fetched: {exc!r}") from None
             raise FetchError(f"`{url}` redirects more than {MAX_REDIRECTS} times.")
 
