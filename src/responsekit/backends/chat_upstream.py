@@ -231,31 +231,37 @@ class ChatUpstream:
 
     async def _ask_modalities(self, names: list[str]) -> None:
         """Ask engines that tell whether a model reads images, once per model: llama.cpp's
-        server (`/props` `modalities`), Ollama (`/api/show` `capabilities`), LM Studio
-        (`/api/v0/models/{model}` `type`). An engine that does not answer tells nothing."""
+        server (`/props` `modalities`: one model per server), Ollama (`/api/show` `capabilities`),
+        LM Studio (`/api/v0/models/{model}` `type`). An engine that does not answer tells nothing."""
+        new = [name for name in names if name not in self._asked and self.config.reads_images(name) is None]
+        if not new or self.kind not in ("llamacpp", "ollama", "lmstudio"):
+            return
+        self._asked.update(new)
         root = self.config.base_url.removesuffix("/v1")
-        for name in names:
-            if name in self._asked or self.config.reads_images(name) is not None:
-                continue
-            self._asked.add(name)
+
+        async def ask(name: str) -> bool | None:
             try:
                 if self.kind == "llamacpp":
                     answer = await self._client.get(f"{root}/props", timeout=5.0)
                     modalities = answer.json().get("modalities") if answer.status_code == 200 else None
-                    if isinstance(modalities, dict) and isinstance(modalities.get("vision"), bool):
-                        self._told[name] = modalities["vision"]
-                elif self.kind == "ollama":
+                    vision = modalities.get("vision") if isinstance(modalities, dict) else None
+                    return vision if isinstance(vision, bool) else None
+                if self.kind == "ollama":
                     answer = await self._client.post(f"{root}/api/show", json={"model": name}, timeout=5.0)
                     capabilities = answer.json().get("capabilities") if answer.status_code == 200 else None
-                    if isinstance(capabilities, list):
-                        self._told[name] = "vision" in capabilities
-                elif self.kind == "lmstudio":
-                    answer = await self._client.get(f"{root}/api/v0/models/{name}", timeout=5.0)
-                    kind = answer.json().get("type") if answer.status_code == 200 else None
-                    if kind in ("vlm", "llm"):
-                        self._told[name] = kind == "vlm"
+                    return "vision" in capabilities if isinstance(capabilities, list) else None
+                answer = await self._client.get(f"{root}/api/v0/models/{name}", timeout=5.0)
+                kind = answer.json().get("type") if answer.status_code == 200 else None
+                return kind == "vlm" if kind in ("vlm", "llm") else None
             except (httpx.HTTPError, ValueError, AttributeError) as exc:
                 log.debug("upstream %s did not tell whether %s reads images: %r", self.name, name, exc)
+                return None
+
+        if self.kind == "llamacpp":
+            told = [await ask(new[0])] * len(new)
+        else:
+            told = await asyncio.gather(*(ask(name) for name in new))
+        self._told.update({name: value for name, value in zip(new, told) if value is not None})
 
     def reads_images(self, model: str) -> bool | None:
         configured = self.config.reads_images(model)
