@@ -176,7 +176,11 @@ class ScriptedUpstream:
     (the connection breaks after the chunks), `"trickle": SECONDS` (the body is written
     one byte at a time), any `status` with its `error_body`, and any text as a chunk's
     `data` (sent as is, so also malformed SSE). A chunk `{"gate": threading.Event()}` holds
-    the answer there until the test sets it.
+    the answer there until the test sets it. With `refuses_images`, a request holding an
+    image part is answered 400 as vLLM answers for a text-only model; `files` are served at
+    `/files/NAME` (what a `file_url` may point at), and `file_hits` counts their fetches.
+    What the engine tells of its models' modalities: `props` (llama.cpp's `/props`),
+    `capabilities` (Ollama's `/api/show`), `model_types` (LM Studio's `/api/v0/models/NAME`).
     """
 
     def __init__(self, models: tuple[str, ...] = ("test-model",), owned_by: str = "llamacpp") -> None:
@@ -190,11 +194,21 @@ class ScriptedUpstream:
         self.time_scale = 0.0
         self.cancelled = 0
         self.finished = 0
+        self.refuses_images = False
+        self.files: dict[str, bytes] = {}
+        self.file_hits = 0
+        self.props: dict[str, Any] | None = None
+        self.capabilities: dict[str, list[str]] = {}
+        self.model_types: dict[str, str] = {}
         self.app = Starlette(routes=[
             Route("/v1/models", self._models),
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/tokenize", self._tokenize, methods=["POST"]),
             Route("/apply-template", self._apply_template, methods=["POST"]),
+            Route("/files/{name}", self._file),
+            Route("/props", self._props),
+            Route("/api/show", self._show, methods=["POST"]),
+            Route("/api/v0/models/{name}", self._model_type),
         ])  # fmt: skip
 
     def push(self, *exchanges: dict[str, Any]) -> None:
@@ -217,10 +231,30 @@ class ScriptedUpstream:
         prompt = " ".join(f"<|{m['role']}|> {m.get('content') or ''}" for m in body["messages"])
         return JSONResponse({"prompt": prompt + " <|assistant|>"})
 
+    async def _props(self, request: Request) -> HTTPResponse:
+        return HTTPResponse(status_code=404) if self.props is None else JSONResponse(self.props)
+
+    async def _show(self, request: Request) -> HTTPResponse:
+        found = self.capabilities.get((await request.json()).get("model"))
+        return HTTPResponse(status_code=404) if found is None else JSONResponse({"capabilities": found})
+
+    async def _model_type(self, request: Request) -> HTTPResponse:
+        found = self.model_types.get(request.path_params["name"])
+        return HTTPResponse(status_code=404) if found is None else JSONResponse({"type": found})
+
+    async def _file(self, request: Request) -> HTTPResponse:
+        self.file_hits += 1
+        data = self.files.get(request.path_params["name"])
+        return HTTPResponse(status_code=404) if data is None else HTTPResponse(data, media_type="application/pdf")
+
     async def _chat(self, request: Request) -> HTTPResponse:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        if self.refuses_images and image_parts(body):
+            refusal = {"object": "error", "message": f"{body['model']} is not a multimodal model",
+                       "type": "BadRequestError", "param": None, "code": 400}  # fmt: skip
+            return JSONResponse(refusal, status_code=400)
         script = self.queue.popleft() if self.queue else self.responder(body) if self.responder else None
         if script is None:
             return JSONResponse({"error": {"message": "the test script is exhausted"}}, status_code=500)
@@ -254,6 +288,12 @@ class ScriptedUpstream:
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
+
+
+def image_parts(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The image parts of a chat request's messages."""
+    return [part for message in body["messages"] if isinstance(message.get("content"), list)
+            for part in message["content"] if part.get("type") == "image_url"]  # fmt: skip
 
 
 # --- schema checks ---------------------------------------------------------------------

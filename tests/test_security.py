@@ -116,9 +116,10 @@ def test_allowed_hosts_let_the_server_reach_them(upstream, database_url, witness
     assert witness.hits, "the allowed server was contacted"
 
 
-def test_image_and_file_urls_are_passed_on_never_fetched(server, witness):
-    """The server does not fetch `image_url` or `file_url`: the image URL goes to the engine as
-    it came (the engine decides), the file is named by its URL in the text."""
+def test_image_and_file_urls_to_private_addresses_are_neither_fetched_nor_passed_on(server, witness):
+    """An image URL leading to a non-public address is not passed to the engine (which would fetch
+    it from inside the network) and a file URL there is not fetched: each is a note in the text
+    (docs/attachments.md), and the thread goes on."""
     image = f"http://127.0.0.1:{witness.port}/private.png"  # type: ignore[attr-defined]
     document = f"http://127.0.0.1:{witness.port}/private.pdf"  # type: ignore[attr-defined]
     content = [{"type": "input_text", "text": "Look"}, {"type": "input_image", "image_url": image},
@@ -127,12 +128,13 @@ def test_image_and_file_urls_are_passed_on_never_fetched(server, witness):
     body = {"model": "test-model", "input": [{"role": "user", "content": content}], "stream": True}
     with httpx.stream("POST", f"{server.base_url}/responses", json=body) as answer:
         assert check_stream(read_sse(answer.iter_lines())[0])["status"] == "completed"
-    parts = server.upstream.requests[-1]["messages"][-1]["content"]
-    assert {"type": "image_url", "image_url": {"url": image, "detail": "auto"}} in parts
-    assert any(document in part.get("text", "") for part in parts)
+    sent = server.upstream.requests[-1]["messages"][-1]["content"]
+    assert image not in sent and "does not let be fetched" in sent
+    assert f"[file private.pdf at {document}: it could not be fetched]" in sent
     chat = {"model": "test-model", "messages": [{"role": "user", "content": [
         {"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {"url": image}}]}]}  # fmt: skip
     assert httpx.post(f"{server.base_url}/chat/completions", json=chat).status_code == 200
+    assert image not in str(server.upstream.requests[-1]["messages"])
     assert witness.hits == []
 
 

@@ -29,6 +29,7 @@ from .files.service import VectorStores
 from .operations import logs, tracing
 from .operations.metrics import Metrics, PoolMembers, ScrapeTime
 from .operations.record import Recorder
+from .orchestration.attachments import Attachments
 from .orchestration.orchestrator import Orchestrator
 from .orchestration.runs import Runs
 from .orchestration.sealing import Sealer
@@ -71,8 +72,12 @@ def create_app(settings: Settings) -> FastAPI:
         await app.state.vector_stores.start()
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)
+        attachments = app.state.attachments = Attachments(
+            urls, app.state.vector_stores, store, router, vision_model=settings.vision_model,
+            max_image_bytes=settings.max_image_bytes, max_document_chars=settings.max_document_chars,
+        )  # fmt: skip
         app.state.orchestrator = Orchestrator(
-            router, store, runs, sealer, urls, app.state.vector_stores, settings.summarizer_model
+            router, store, runs, sealer, urls, app.state.vector_stores, attachments, settings.summarizer_model
         )
         await runs.start()
         try:  # a model that fails to load still closes what was opened, so the process ends

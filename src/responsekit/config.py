@@ -86,6 +86,10 @@ class UpstreamConfig(BaseModel):
     parsers: dict[str, ModelParsing] = Field(default_factory=dict)
     """Per model name: a format name, `auto` or `none`, or a table of `parser`,
     `thinking_open` and `reasoning_mode`; overrides the settings above for that model."""
+    vision: bool | dict[str, bool] | None = None
+    """Whether the models here read images: `true` or `false` for all of them, or a table by model
+    name. Unset: asked of engines that tell (llama.cpp's `/props`, Ollama, LM Studio), else
+    learned from the first refusal of an image (docs/attachments.md)."""
     headers: dict[str, str] = Field(default_factory=dict)
     api: Literal["chat", "completions"] = "chat"
     """`completions`: a raw `/completions` engine; ResponseKit renders the chat template and parses."""
@@ -114,6 +118,12 @@ class UpstreamConfig(BaseModel):
                 for model, option in value.items()
             }
         return value
+
+    def reads_images(self, model: str) -> bool | None:
+        """What `vision` says of `model` (None: nothing)."""
+        if isinstance(self.vision, dict):
+            return self.vision.get(model)
+        return self.vision
 
     def parsing(self, model: str) -> ModelParsing:
         """The parsing options for `model`: its `parsers` entry over the upstream's.
@@ -220,8 +230,16 @@ class Settings(BaseSettings):
     """Keys sealing reasoning and compaction blobs, newest first (default: the data dir's key file)."""
     summarizer_model: str | None = None
     """A model that writes reasoning summaries when a request asks for `reasoning.summary`."""
+    vision_model: str | None = None
+    """A served model that reads images and describes them for models that read text only (each
+    image once: the description is kept by the image's hash); unset, they are told an image was
+    attached that they cannot see (docs/attachments.md)."""
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Hosts or networks (CIDR) that requests may make the server fetch although they are private."""
+    max_image_bytes: int = Field(default=20 * 2**20, gt=0)
+    """A larger image is given to no model: a note says it was attached (docs/attachments.md)."""
+    max_document_chars: int = Field(default=200_000, gt=0)
+    """A document's text (`input_file`) beyond this many characters is cut, with a note saying so."""
     max_body_bytes: int = 64 * 2**20
     """Larger request bodies are refused with 413."""
     max_json_depth: int = 100

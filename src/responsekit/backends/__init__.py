@@ -25,3 +25,16 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+    def reads_images(self, model: str) -> bool | None:
+        """Whether `model` reads images here: configured, told by the engine, or learned from its
+        refusal; None when nobody said (the image is sent, and a refusal teaches it)."""
+        ...
+
+    def images_source(self, model: str) -> str | None:
+        """Where `reads_images` comes from, for `/health` and the inspector (None: nobody said)."""
+        ...
+
+    def learn_text_only(self, model: str) -> None:
+        """The engine refused `model` an image: from now on it gets none (`orchestration/attachments.py`)."""
+        ...

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import orjson
 
-from ..canonical.conversation import GenerationRequest, ImagePart
+from ..canonical.conversation import GenerationRequest, ImagePart, TextPart
 
 BLOCK = 64
 """Characters per node of the prefix tree: the resolution of a matched prefix (~16 tokens)."""
@@ -48,7 +48,7 @@ def prompt_text(request: GenerationRequest) -> str:
     for message in request.messages:
         parts.append(f"\x1e{message.role}\x1f")
         for part in message.content:
-            parts.append(part.url if isinstance(part, ImagePart) else part.text)
+            parts.append(part.text if isinstance(part, TextPart) else part.url if isinstance(part, ImagePart) else "")
         if message.reasoning:
             parts.append(f"\x1f{message.reasoning}")
         for call in message.tool_calls:

@@ -166,6 +166,11 @@ class ChatUpstream:
         self.kind: EngineKind = config.kind if config.kind != "auto" else kind_from_url(config.base_url)
         self._recorder = recorder
         self._undetected: set[str] = set()  # models `parser = "auto"` found no format for (logged once)
+        self._text_only: set[str] = set()
+        """Models the engine refused an image for (`learn_text_only`)."""
+        self._told: dict[str, bool] = {}
+        """Whether each model reads images, as the engine told (`_ask_modalities`)."""
+        self._asked: set[str] = set()
         headers = dict(config.headers)
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
@@ -220,7 +225,62 @@ class ChatUpstream:
                 if owner in owners:
                     self.kind = kind  # type: ignore[assignment]
                     break
-        return [str(model["id"]) for model in data if "id" in model]
+        names = [str(model["id"]) for model in data if "id" in model]
+        await self._ask_modalities(names)
+        return names
+
+    async def _ask_modalities(self, names: list[str]) -> None:
+        """Ask engines that tell whether a model reads images, once per model: llama.cpp's
+        server (`/props` `modalities`: one model per server), Ollama (`/api/show` `capabilities`),
+        LM Studio (`/api/v0/models/{model}` `type`). An engine that does not answer tells nothing."""
+        new = [name for name in names if name not in self._asked and self.config.reads_images(name) is None]
+        if not new or self.kind not in ("llamacpp", "ollama", "lmstudio"):
+            return
+        self._asked.update(new)
+        root = self.config.base_url.removesuffix("/v1")
+
+        async def ask(name: str) -> bool | None:
+            try:
+                if self.kind == "llamacpp":
+                    answer = await self._client.get(f"{root}/props", timeout=5.0)
+                    modalities = answer.json().get("modalities") if answer.status_code == 200 else None
+                    vision = modalities.get("vision") if isinstance(modalities, dict) else None
+                    return vision if isinstance(vision, bool) else None
+                if self.kind == "ollama":
+                    answer = await self._client.post(f"{root}/api/show", json={"model": name}, timeout=5.0)
+                    capabilities = answer.json().get("capabilities") if answer.status_code == 200 else None
+                    return "vision" in capabilities if isinstance(capabilities, list) else None
+                answer = await self._client.get(f"{root}/api/v0/models/{name}", timeout=5.0)
+                kind = answer.json().get("type") if answer.status_code == 200 else None
+                return kind == "vlm" if kind in ("vlm", "llm") else None
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                log.debug("upstream %s did not tell whether %s reads images: %r", self.name, name, exc)
+                return None
+
+        if self.kind == "llamacpp":
+            told = [await ask(new[0])] * len(new)
+        else:
+            told = await asyncio.gather(*(ask(name) for name in new))
+        self._told.update({name: value for name, value in zip(new, told) if value is not None})
+
+    def reads_images(self, model: str) -> bool | None:
+        configured = self.config.reads_images(model)
+        if configured is not None:
+            return configured
+        if model in self._text_only:
+            return False
+        return self._told.get(model)
+
+    def images_source(self, model: str) -> str | None:
+        """Where `reads_images` comes from (`/health`): configured, told by the engine, learned."""
+        if self.config.reads_images(model) is not None:
+            return "configured"
+        if model in self._text_only:
+            return "learned from a refusal"
+        return "told by the engine" if model in self._told else None
+
+    def learn_text_only(self, model: str) -> None:
+        self._text_only.add(model)
 
     async def aclose(self) -> None:
         await self._engine.aclose()
@@ -483,7 +543,7 @@ def _render_content(message: Message) -> str | list[dict[str, Any]]:
     for part in message.content:
         if isinstance(part, ImagePart):
             parts.append({"type": "image_url", "image_url": {"url": part.url, "detail": part.detail}})
-        else:
+        elif isinstance(part, TextPart):
             parts.append({"type": "text", "text": part.text})
     return parts
 

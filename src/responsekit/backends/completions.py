@@ -51,6 +51,16 @@ class CompletionsUpstream(ChatUpstream):
         self._template: ChatTemplate | None = load_template(config.chat_template) if config.chat_template else None
         self._tokenize_route: str | None = None
 
+    def reads_images(self, model: str) -> bool | None:
+        """Never: this server renders the chat template itself, as text (`prompting/templates.py`)."""
+        return False
+
+    def images_source(self, model: str) -> str | None:
+        return "the chat template is rendered here, as text"
+
+    async def _ask_modalities(self, names: list[str]) -> None:
+        """Nothing to ask: the engine never gets an image from here."""
+
     async def prompting(self, model: str) -> ModelPrompting:
         """The model's template and format: the configured file, else the engine's own (llama.cpp `/props`)."""
         found = self._prompting.get(model)

@@ -129,6 +129,16 @@ class LlamaCppBackend:
         for sequence in self._sequences:
             sequence.close()
 
+    def reads_images(self, model: str) -> bool | None:
+        """Never: no multimodal projector is loaded with the model, so it reads text only."""
+        return False
+
+    def images_source(self, model: str) -> str | None:
+        return "no multimodal projector is loaded"
+
+    def learn_text_only(self, model: str) -> None:
+        """Nothing to learn: it never gets an image."""
+
     @property
     def context_window(self) -> int:
         return self.config.context

@@ -182,6 +182,22 @@ class Pool:
             names += await member.upstream.list_models()
         return list(dict.fromkeys(names))
 
+    def reads_images(self, model: str) -> bool | None:
+        """The members serve one model: text only if any member says so, else what one says."""
+        answers = {member.upstream.reads_images(model) for member in self.members}
+        return False if False in answers else True if True in answers else None
+
+    def images_source(self, model: str) -> str | None:
+        reads = self.reads_images(model)
+        for member in self.members:
+            if member.upstream.reads_images(model) == reads:
+                return member.upstream.images_source(model)
+        return None
+
+    def learn_text_only(self, model: str) -> None:
+        for member in self.members:
+            member.upstream.learn_text_only(model)
+
     async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:
         """Counted by the least-loaded member (a count is not a generation: no prefix is recorded)."""
         usable = [member for member in self.members if not member.cooling()] or self.members

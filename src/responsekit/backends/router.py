@@ -238,6 +238,14 @@ class ModelRouter:
                 return upstream, target
         return None
 
+    def images(self, model: str) -> dict[str, Any] | None:
+        """Whether the model a client names reads images, and who said (None: not served)."""
+        found = self._lookup(model)
+        if found is None:
+            return None
+        backend, target = found
+        return {"reads_images": backend.reads_images(target), "source": backend.images_source(target)}
+
     def serves(self, model: str) -> bool:
         """Whether `model` is a name an engine serves (what `resolve` returns)."""
         return model in self._models
@@ -276,7 +284,9 @@ class ModelRouter:
                 "base_url": upstream.config.base_url,
                 "kind": upstream.kind,
                 "reachable": self._reachable.get(upstream.name, False) and not self._failing(upstream),
-                "models": [name for name, owner in self._models.items() if _serves(owner, upstream)],
+                "models": (models := [name for name, owner in self._models.items() if _serves(owner, upstream)]),
+                "images": {name: {"reads_images": upstream.reads_images(name), "source": upstream.images_source(name)}
+                           for name in models},
                 **self._member_state(upstream),
             }
             for upstream in self.upstreams
@@ -288,6 +298,8 @@ class ModelRouter:
                 "kind": engine.kind,
                 "reachable": engine.loaded,
                 "models": [engine.config.name],
+                "images": {engine.config.name: {"reads_images": engine.reads_images(engine.model),
+                                                "source": engine.images_source(engine.model)}},
                 "chat_template": engine.template_origin,
             }
             for engine in self.engines

@@ -19,13 +19,29 @@ class TextPart:
 
 @dataclass(slots=True)
 class ImagePart:
-    """An image by URL or `data:` URL."""
+    """An image by URL or `data:` URL, or by the id of an uploaded file (`file_id`, with `url` empty).
+
+    Frontends pass images as they came; the attachments stage (`orchestration/attachments.py`)
+    decides before any engine sees them what each model gets: the image, or text in its place.
+    """
 
     url: str
     detail: str = "auto"
+    file_id: str | None = None
 
 
-Part: TypeAlias = TextPart | ImagePart
+@dataclass(slots=True)
+class FilePart:
+    """A document (Responses `input_file`) as it came: base64 or `data:` URL `data`, a Files API
+    `file_id`, or a `url`. The attachments stage turns it into its text for every model."""
+
+    filename: str | None = None
+    data: str | None = None
+    file_id: str | None = None
+    url: str | None = None
+
+
+Part: TypeAlias = TextPart | ImagePart | FilePart
 
 
 @dataclass(slots=True)

@@ -8,13 +8,11 @@ strange item must not kill a client's thread.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 from typing import Any
 
-from ..canonical.conversation import ImagePart, Message, Part, TextPart, ToolCall
+from ..canonical.conversation import FilePart, ImagePart, Message, Part, TextPart, ToolCall
 from ..canonical.ids import new_id
 from ..tools.file_search import format_results
 from ..tools.names import CUSTOM_INPUT, ToolSet
@@ -104,11 +102,13 @@ class _HistoryBuilder:
         if not any(call.id == call_id for m in self.messages for call in m.tool_calls):
             raise _Skip(f"tool output for unknown call {call_id!r}")
         parts = _content_parts(item.get("output"), "tool")
-        text = "".join(part.text for part in parts if isinstance(part, TextPart))
         images = [part for part in parts if isinstance(part, ImagePart)]
         if images:
             self.tool_images += [TextPart(f"Images returned by tool call {call_id}:"), *images]
-        self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
+        # Text stays one part (what the engine always got); documents follow, read as text later.
+        text = "".join(part.text for part in parts if isinstance(part, TextPart))
+        files: list[Part] = [part for part in parts if isinstance(part, FilePart)]
+        self.messages.append(Message("tool", [TextPart(text), *files], tool_call_id=call_id))
 
     _custom_tool_call_output = _function_call_output
 
@@ -236,28 +236,25 @@ def _content_parts(content: Any, role: str) -> list[Part]:
             url = part.get("image_url")
             if isinstance(url, dict):
                 url = url.get("url")
+            detail = str(part.get("detail") or "auto")
             if isinstance(url, str) and url:
-                parts.append(ImagePart(url, str(part.get("detail") or "auto")))
+                parts.append(ImagePart(url, detail))
+            elif isinstance(part.get("file_id"), str) and part["file_id"]:
+                parts.append(ImagePart("", detail, file_id=part["file_id"]))
             else:
-                log.warning("skipping an input_image without an image_url (file ids are not stored here)")
+                log.warning("skipping an input_image with neither an image_url nor a file_id")
         elif kind == "input_file":
-            parts.append(TextPart(_file_text(part)))
+            parts.append(_file_part(part))
         else:
             log.warning("skipping a content part of type %r", kind)
     return parts
 
 
-def _file_text(part: dict[str, Any]) -> str:
-    """An `input_file` as text the model can read, headed by its filename."""
-    filename = part.get("filename") or part.get("file_id") or "file"
-    data = part.get("file_data")
-    if isinstance(data, str) and data:
-        payload = data.split(",", 1)[1] if data.startswith("data:") and "," in data else data
-        try:
-            text = base64.b64decode(payload, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            return f"[file {filename}: binary content that cannot be shown as text]"
-        return f"[file {filename}]\n{text}\n[end of file {filename}]"
-    if part.get("file_url"):
-        return f"[file {filename} at {part['file_url']}]"
-    return f"[file {filename}]"
+def _file_part(part: dict[str, Any]) -> FilePart:
+    """An `input_file` as it came; the attachments stage reads its text (`attachments.py`)."""
+
+    def text(key: str) -> str | None:
+        value = part.get(key)
+        return value if isinstance(value, str) and value else None
+
+    return FilePart(text("filename"), text("file_data"), text("file_id"), text("file_url"))

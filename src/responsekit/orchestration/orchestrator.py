@@ -45,6 +45,7 @@ from ..tools.mcp import McpServer, add_mcp_servers
 from ..tools.names import ToolSet
 from ..tools.outbound import UrlPolicy
 from .assist import compaction_summary, summarize_reasoning
+from .attachments import Attachments
 from .flights import Flights
 from .history import translate_items
 from .items import normalize_items
@@ -151,6 +152,7 @@ class Orchestrator:
         sealer: Sealer,
         urls: UrlPolicy,
         vector_stores: VectorStores,
+        attachments: Attachments,
         summarizer_model: str | None = None,
     ) -> None:
         self.router = router
@@ -159,6 +161,7 @@ class Orchestrator:
         self.sealer = sealer
         self.urls = urls
         self.vector_stores = vector_stores
+        self.attachments = attachments
         self.summarizer_model = summarizer_model
         self.flights = Flights()
 
@@ -188,6 +191,7 @@ class Orchestrator:
             parallel_tool_calls=request.generation.parallel_tool_calls if tools else None,
             affinity_key=_affinity_key(request, history, inputs),
         )
+        generation = await self.attachments.prepare(upstream, generation, owner)
         renderer = request.renderer(toolset)
         for item in server_tools.ready_items:
             renderer.add_ready_item(item)
@@ -268,9 +272,12 @@ class Orchestrator:
 
     # --- compaction ---------------------------------------------------------------------
 
-    async def compaction_item(self, model: str, items: list[dict[str, Any]]) -> tuple[dict[str, Any], Usage]:
-        """One compaction item standing for `items`: their summary, sealed."""
-        messages = translate_items(self.for_model(items), ToolSet())
+    async def compaction_item(
+        self, model: str, items: list[dict[str, Any]], owner: str | None = None
+    ) -> tuple[dict[str, Any], Usage]:
+        """One compaction item standing for `items`: their summary, sealed (documents and images
+        summarized as the text they read as)."""
+        messages = await self.attachments.in_text(translate_items(self.for_model(items), ToolSet()), owner)
         summary, usage = await compaction_summary(self.router, model, messages)
         if not summary:
             raise APIError(502, "The model returned no summary to compact the conversation with.",
@@ -288,11 +295,13 @@ class Orchestrator:
             return
         log.info("compacting the history of %s: %d tokens > %d", prepared.response["id"], tokens, threshold)
         request = prepared.request
-        item, _ = await self.compaction_item(request.generation.model, prepared.history + prepared.inputs)
+        item, _ = await self.compaction_item(request.generation.model, prepared.history + prepared.inputs, prepared.owner)
         instructions = [i for i in prepared.history if i.get("type") == "message" and i.get("role") in
                         ("system", "developer")]  # fmt: skip
         messages = self._messages(request, prepared.toolset, [*instructions, item, *prepared.inputs])
-        prepared.generation = replace(prepared.generation, messages=messages)
+        prepared.generation = await self.attachments.prepare(
+            prepared.upstream, replace(prepared.generation, messages=messages), prepared.owner
+        )
         prepared.renderer.add_ready_item(item)
 
     # --- generation ---------------------------------------------------------------------
@@ -374,7 +383,8 @@ class Orchestrator:
     async def _truncating(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
         """With `truncation: auto`, a context overflow retries without the oldest turns."""
         while True:
-            async with aclosing(tracing.generate(prepared.upstream, generation, prepared.response["id"])) as events:
+            attachments = self.attachments.generate(prepared.upstream, generation, prepared.response["id"])
+            async with aclosing(attachments) as events:
                 first = await anext(events, None)
                 if (
                     isinstance(first, Error)

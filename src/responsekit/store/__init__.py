@@ -114,6 +114,22 @@ class Store:
     async def close(self) -> None:
         await self.database.close()
 
+    # --- attachments ------------------------------------------------------------------
+
+    async def attachment_text(self, kind: str, digest: str) -> str | None:
+        """What an attachment reads as (`orchestration/attachments.py`), if it was kept."""
+        row = await self.database.fetchrow("SELECT text FROM attachment_texts WHERE kind = ? AND hash = ?", kind, digest)
+        return None if row is None else str(row[0])
+
+    async def keep_attachment_text(self, kind: str, digest: str, text: str) -> None:
+        """Keep what an attachment reads as; the first text kept for it stays (a replica that read
+        it at the same time read the same)."""
+        await self.database.execute(
+            "INSERT INTO attachment_texts (kind, hash, text, created_ms) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (kind, hash) DO NOTHING",
+            kind, digest, text, _now_ms(),
+        )  # fmt: skip
+
     # --- responses --------------------------------------------------------------------
 
     async def save_response(

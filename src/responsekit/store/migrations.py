@@ -123,6 +123,17 @@ MIGRATIONS: list[list[Statement]] = [
         "ALTER TABLE responses RENAME COLUMN lease_until TO lease_until_ms",
         "UPDATE responses SET lease_until_ms = lease_until_ms * 1000 WHERE lease_until_ms IS NOT NULL",
     ],
+    [  # 6: what attachments read as (docs/attachments.md): a document's text, an image's description
+        # by a vision model, by the hash of their bytes, so that a history replayed on every turn is
+        # read once and its prompt stays the same from turn to turn (on every replica)
+        """CREATE TABLE attachment_texts (
+            kind TEXT NOT NULL,
+            hash TEXT NOT NULL,
+            text TEXT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            PRIMARY KEY (kind, hash)
+        )""",
+    ],
 ]
 
 

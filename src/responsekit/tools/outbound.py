@@ -1,4 +1,4 @@
-"""Which URLs the server may fetch on a request's behalf (MCP servers, files by URL).
+"""Which URLs the server may fetch on a request's behalf (MCP servers, files and images by URL).
 
 A request must not make the server reach its own network: loopback, link-local
 (cloud metadata) and private addresses are refused unless the configuration allows
@@ -12,6 +12,8 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+import httpx
+
 from ..canonical.errors import APIError
 
 
@@ -23,32 +25,73 @@ class UrlPolicy:
 
     async def check(self, url: str, param: str) -> None:
         """Refuse (400) a URL that is malformed or leads to a non-public address not allowed."""
-        not_http = APIError(400, f"`{url}` is not an http(s) URL.", param=param, code="invalid_url")
+        reason = await self.refusal(url)
+        if reason is not None:
+            raise APIError(400, reason, param=param, code="invalid_url")
+
+    async def refusal(self, url: str, *, unresolved_ok: bool = False) -> str | None:
+        """Why `url` must not be reached on a request's behalf, or None when it may.
+
+        `unresolved_ok`: a host that does not resolve here is let through (for URLs an engine
+        fetches itself, from where names may resolve otherwise).
+        """
         try:
             parts = urlsplit(url)
             port = parts.port  # a port that is not a number in range raises here
         except ValueError:
-            raise not_http from None
+            return f"`{url}` is not an http(s) URL."
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise not_http
+            return f"`{url}` is not an http(s) URL."
         host = parts.hostname.lower()
+        if not host.isprintable() or any(character.isspace() for character in host):
+            return f"`{url}` does not name a valid host."
         if host in self._hosts:
-            return
+            return None
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
+        except ValueError:  # a host no resolver takes (a NUL, a label too long)
+            return f"`{url}` does not name a valid host."
         except OSError:
-            raise APIError(400, f"Cannot resolve the host of `{url}`.", param=param, code="invalid_url") from None
+            return None if unresolved_ok else f"Cannot resolve the host of `{url}`."
         for info in infos:
             address = ipaddress.ip_address(info[4][0])
             public = address.is_global and not address.is_multicast
             if public or any(address in network for network in self._networks):
                 continue
-            raise APIError(
-                400,
-                f"`{url}` leads to a non-public address ({address}); the server's configuration does not allow it.",
-                param=param,
-                code="invalid_url",
-            )
+            return f"`{url}` leads to a non-public address ({address}); the server's configuration does not allow it."
+        return None
+
+    async def fetch(self, url: str, limit: int, timeout: float = 30.0) -> bytes:
+        """The body at `url`, each hop of its redirects checked by this policy; `FetchError` when it
+        is refused, fails, or holds more than `limit` bytes."""
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+            for _ in range(MAX_REDIRECTS + 1):
+                reason = await self.refusal(url)
+                if reason is not None:
+                    raise FetchError(reason)
+                try:
+                    async with client.stream("GET", url) as answer:
+                        if answer.is_redirect and "location" in answer.headers:
+                            url = str(answer.url.join(answer.headers["location"]))
+                            continue
+                        if answer.status_code != 200:
+                            raise FetchError(f"`{url}` answered HTTP {answer.status_code}.")
+                        body = bytearray()
+                        async for piece in answer.aiter_bytes():
+                            body += piece
+                            if len(body) > limit:
+                                raise FetchError(f"`{url}` holds more than {limit} bytes.")
+                        return bytes(body)
+                except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+                    raise FetchError(f"`{url}` could not be fetched: {exc!r}") from None
+            raise FetchError(f"`{url}` redirects more than {MAX_REDIRECTS} times.")
+
+
+MAX_REDIRECTS = 3
+
+
+class FetchError(Exception):
+    """A URL the server would not or could not fetch; the message says why."""
 
 
 def _is_network(entry: str) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...canonical.conversation import (
+    FilePart,
     FunctionTool,
     GenerationRequest,
     ImagePart,
@@ -157,6 +158,15 @@ def _parts(content: Any) -> list[Part] | None:
             if isinstance(url, str):
                 detail = image.get("detail", "auto") if isinstance(image, dict) else "auto"
                 parts.append(ImagePart(url, detail or "auto"))
+        elif kind == "file" and isinstance(part.get("file"), dict):
+            parts.append(_file_part(part["file"]))
         else:
             log.warning("skipping a content part of type %r", kind)
     return parts
+
+
+def _file_part(file: dict[str, Any]) -> FilePart:
+    """A `file` part as it came; the attachments stage reads its text (`orchestration/attachments.py`)."""
+    fields = [file.get(key) for key in ("filename", "file_data", "file_id")]
+    filename, data, file_id = (value if isinstance(value, str) and value else None for value in fields)
+    return FilePart(filename, data, file_id)

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...canonical.sse import SSE_DONE, sse_data
-from ...operations import tracing
 from ...orchestration.rendering import drain, raise_for_error, rendered
 from ..auth import authorize
 from ..http import JSONResponse, read_body
@@ -24,16 +23,18 @@ router = APIRouter()
 
 @plain_post(router, "/chat/completions", CreateChatCompletion)
 async def create_chat_completion(request: Request) -> Response:
-    authorize(request)
+    owner = authorize(request)
     body = await read_body(request, CreateChatCompletion)
     observed = observation(request, "/v1/chat/completions", body.stream)
     generation = translate(body)
     upstream, generation.model = await request.app.state.router.resolve(body.model)
+    attachments = request.app.state.attachments
+    generation = await attachments.prepare(upstream, generation, owner)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     renderer = ChatRenderer(body.model, include_usage=include_usage)
-    events = tracing.generate(upstream, generation, renderer.id)
+    events = attachments.generate(upstream, generation, renderer.id)
     if body.stream:
         return event_stream(_frames(rendered(renderer, events, observed)))
     await unless_disconnected(request, drain(renderer, events, observed))

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...canonical.conversation import (
+    FilePart,
     FunctionTool,
     GenerationRequest,
     ImagePart,
@@ -304,8 +305,8 @@ def _parts(blocks: Any, where: str) -> list[Part]:
             parts.append(TextPart(block["text"]))
         elif kind == "image" and (url := _image_url(block.get("source"))):
             parts.append(ImagePart(url))
-        elif kind == "document" and (text := _document_text(block)) is not None:
-            parts.append(TextPart(text))
+        elif kind == "document" and (document := _document(block)) is not None:
+            parts.append(document)
         elif kind == "search_result" and isinstance(block.get("content"), list):
             parts += _parts(block["content"], where)
         elif kind == "tool_reference" and isinstance(block.get("tool_name"), str):
@@ -326,13 +327,18 @@ def _image_url(source: Any) -> str | None:
     return None
 
 
-def _document_text(block: dict[str, Any]) -> str | None:
+def _document(block: dict[str, Any]) -> Part | None:
     """A document's text: plain text as given, a PDF's text extracted (pypdf, as uploaded files),
-    content blocks joined. URL and file sources are not fetched: None."""
+    content blocks joined; a PDF that cannot be read is a note saying so (never an error: a
+    replayed history holds it on every turn). A URL source is read by the attachments stage
+    (`orchestration/attachments.py`); a file source (Anthropic's Files API) is not: None."""
     source = block.get("source")
     if not isinstance(source, dict):
         return None
     kind = source.get("type")
+    title = block.get("title") if isinstance(block.get("title"), str) and block.get("title") else None
+    if kind == "url" and isinstance(source.get("url"), str) and source["url"]:
+        return FilePart(filename=title, url=source["url"])
     text: str | None = None
     if kind == "text" and isinstance(source.get("data"), str):
         text = source["data"]
@@ -346,9 +352,8 @@ def _document_text(block: dict[str, Any]) -> str | None:
         try:
             text = extract_text("document.pdf", base64.b64decode(source["data"], validate=True))
         except (binascii.Error, ValueError, ExtractionError) as exc:
-            log.warning("skipping a PDF document that cannot be read: %s", exc)
-            return None
+            log.warning("a PDF document cannot be read: %s", exc)
+            return TextPart(f"[document {title or 'document.pdf'}: a PDF whose text cannot be read]")
     if text is None:
         return None
-    title = block.get("title")
-    return f"{title}\n\n{text}" if isinstance(title, str) and title else text
+    return TextPart(f"{title}\n\n{text}" if title else text)

@@ -19,7 +19,6 @@ from fastapi.responses import Response
 from ...backends import Backend
 from ...canonical.conversation import GenerationRequest
 from ...canonical.sse import sse_event
-from ...operations import tracing
 from ...orchestration.rendering import drain, rendered
 from ..auth import authorize
 from ..http import JSONResponse, error_envelope, read_body
@@ -57,12 +56,13 @@ async def create_message(request: Request) -> Response:
     upstream, generation.model = await state.router.resolve(body.model)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
+    generation = await state.attachments.prepare(upstream, generation)
     input_tokens, clamped = await _input_tokens(upstream, generation)
     renderer = MessagesRenderer(body.model, input_tokens=input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking,
                                 stop_sequences=translation.stop_sequences)  # fmt: skip
     headers = {CLAMPED_HEADER: str(clamped)} if clamped is not None else {}
-    events = tracing.generate(upstream, generation, renderer.id)
+    events = state.attachments.generate(upstream, generation, renderer.id)
     if body.stream:
         return event_stream(_frames(rendered(renderer, events, observed)), heartbeat=PING, headers=headers)
     await unless_disconnected(request, drain(renderer, events, observed))
@@ -87,7 +87,8 @@ async def count_tokens(request: Request) -> dict[str, Any]:
     translation = translate(body, request.app.state.orchestrator.sealer,
                             strip_billing_header=request.app.state.settings.strip_billing_header)  # fmt: skip
     upstream, translation.generation.model = await request.app.state.router.resolve(body.model)
-    count, exact = await upstream.count_tokens(translation.generation)
+    generation = await request.app.state.attachments.prepare(upstream, translation.generation)
+    count, exact = await upstream.count_tokens(generation)
     return {"input_tokens": count} if exact else {"input_tokens": count, "estimated": True}
 
 

@@ -95,7 +95,7 @@ async def compact(request: Request, owner: Owner) -> dict[str, Any]:
     if not any(item.get("type") != "message" or item.get("role") != "developer" for item in items):
         raise APIError(400, "Nothing to compact: give `input` or `previous_response_id`.", param="input",
                        code="invalid_value")  # fmt: skip
-    item, usage = await conductor.compaction_item(body.model, items)
+    item, usage = await conductor.compaction_item(body.model, items, owner)
     return {"id": new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
             "output": [item], "usage": usage_object(usage)}  # fmt: skip
 

@@ -216,6 +216,7 @@ async def response_page(view: Viewer, response_id: str) -> Response:
     return view.page(
         "response.html", r=response, inspected=inspected, untimed=views.collapsed(stored_events),
         recordings=recordings, recording=recorder is not None, in_flight=flight is not None,
+        images=view.request.app.state.router.images(str(response.get("model") or "")),
     )  # fmt: skip
 
 
