@@ -19,7 +19,7 @@ from typing import Any
 
 from ..backends import Backend
 from ..backends.router import ModelRouter
-from ..canonical.conversation import GenerationRequest, Message, TextPart, ToolCall
+from ..canonical.conversation import GenerationRequest, Message, NamedToolChoice, TextPart, ToolCall
 from ..canonical.errors import APIError
 from ..canonical.events import (
     Error,
@@ -44,6 +44,9 @@ from ..tools.file_search import add_file_search
 from ..tools.mcp import McpServer, add_mcp_servers
 from ..tools.names import ToolSet
 from ..tools.outbound import UrlPolicy
+from ..tools.web import WebSearch
+from ..tools.web.tool import NAMESPACE as WEB
+from ..tools.web.tool import SEARCH, add_web_search
 from .assist import compaction_summary, summarize_reasoning
 from .flights import Flights
 from .history import translate_items
@@ -81,6 +84,10 @@ class ResponseRequest:
     mcp: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     """The `mcp` tools to serve, each with its position among the request's tools."""
     file_search: tuple[int, dict[str, Any]] | None = None
+    web_search: tuple[int, dict[str, Any]] | None = None
+    """The `web_search` tool to serve (only when the server has a search engine)."""
+    force_web_search: bool = False
+    """`tool_choice: {"type": "web_search"}`: the first generation must search."""
     max_tool_calls: int | None = None
     truncation: bool = False
     """Retry without the oldest turn when the context overflows (`truncation: auto`)."""
@@ -139,6 +146,7 @@ class Orchestrator:
         urls: UrlPolicy,
         vector_stores: VectorStores,
         summarizer_model: str | None = None,
+        web: WebSearch | None = None,
     ) -> None:
         self.router = router
         self.store = store
@@ -147,6 +155,8 @@ class Orchestrator:
         self.urls = urls
         self.vector_stores = vector_stores
         self.summarizer_model = summarizer_model
+        self.web = web
+        """The search engine web search tools use; None: they are dropped (docs/web-search.md)."""
         self.flights = Flights()
 
     async def prepare(self, request: ResponseRequest, owner: str, cache: History | None = None) -> Prepared:
@@ -163,6 +173,8 @@ class Orchestrator:
         if request.file_search:
             position, spec = request.file_search
             await add_file_search(server_tools, spec, position, owner, self.vector_stores)
+        if request.web_search and self.web is not None:
+            add_web_search(server_tools, request.web_search[1], self.web)
         items = await _answer_approvals(history + inputs, servers, server_tools)
         toolset = request.toolset
         toolset.add(server_tools.functions)
@@ -173,6 +185,8 @@ class Orchestrator:
             messages=self._messages(request, toolset, items),
             tools=tools,
             parallel_tool_calls=request.generation.parallel_tool_calls if tools else None,
+            tool_choice=NamedToolChoice(toolset.model_name(SEARCH, WEB)) if request.force_web_search and
+            request.web_search and self.web is not None else request.generation.tool_choice,
             affinity_key=_affinity_key(request, history),
         )
         renderer = request.renderer(toolset)
@@ -296,7 +310,7 @@ class Orchestrator:
     async def _canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
         """Generations, with server-run tools in between.
 
-        When the model calls a tool this server runs (file_search, MCP), the call is run,
+        When the model calls a tool this server runs (file_search, web search, MCP), the call is run,
         its result goes to the renderer and, with the call, back to the model in a next
         generation — until the model answers, calls a client tool, or `max_tool_calls`
         calls have run (then the model must answer without tools).
