@@ -31,6 +31,8 @@ from .conftest import Server
 from .harness import (
     DATA,
     ScriptedUpstream,
+    check_chat_chunk,
+    check_chat_completion,
     check_response,
     check_stream,
     read_sse,
@@ -531,3 +533,77 @@ def test_searxng_without_its_url_is_a_setting_error(upstream, tmp_path):
     with serve(create_app(settings)) as url:
         health = httpx.get(f"{url}/health").json()["web_search"]
     assert health["provider"] is None and "needs web_search_url" in health["problem"]
+
+
+# --- Chat Completions: web_search_options ------------------------------------------------
+
+
+def test_chat_completions_search_and_annotate(server, engine):
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), answer="Etna erupts every few years [1].")
+    answer = httpx.post(f"{server.base_url}/chat/completions", timeout=60, json={
+        "model": "test-model", "messages": [{"role": "user", "content": "Is Etna active?"}],
+        "web_search_options": {"search_context_size": "high",
+                               "user_location": {"type": "approximate", "approximate": {"country": "IT"}}}})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    completion = check_chat_completion(answer.json())
+    message = completion.choices[0].message
+    assert message.content == "Etna erupts every few years [1]." and message.tool_calls is None
+    assert completion.choices[0].finish_reason == "stop"
+    (annotation,) = message.annotations or []
+    assert annotation.type == "url_citation" and annotation.url_citation.url.endswith("/etna.html")
+    assert (annotation.url_citation.start_index, annotation.url_citation.end_index) == (28, 31)
+    assert annotation.url_citation.title == "Mount Etna"
+    assert completion.usage is not None and completion.usage.prompt_tokens == 60, "both generations counted"
+    (sent,) = engine.requests
+    assert sent["params"]["q"] == "etna"
+    assert [t["function"]["name"] for t in server.upstream.requests[0]["tools"]] == [
+        "web_search", "web_open_page", "web_find_in_page"]  # fmt: skip
+
+
+def test_chat_completions_stream_hides_the_search_and_keeps_client_calls(server, engine):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    server.upstream.responder = lambda body: (
+        tool_call_exchange("web_search", {"query": "etna"}, call_id="s1")
+        if not any(m["role"] == "tool" for m in body["messages"])
+        else tool_call_exchange("get_weather", {"city": "Catania"}, call_id="w1")
+    )  # fmt: skip
+    chunks = []
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", timeout=60, json={
+        "model": "test-model", "messages": [{"role": "user", "content": "Etna and weather?"}], "tools": tools,
+        "stream": True, "web_search_options": {}}) as answer:  # fmt: skip
+        for line in answer.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    for chunk in chunks:
+        check_chat_chunk(chunk)
+    calls = [call for chunk in chunks for choice in chunk["choices"] for call in choice["delta"].get("tool_calls") or ()]
+    assert [call["function"]["name"] for call in calls if "name" in call.get("function", {})] == ["get_weather"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert len(engine.requests) == 1
+
+
+def test_chat_completions_without_a_provider_ignore_web_search_options(upstream, tmp_path):
+    settings = Settings(upstreams=[UpstreamConfig(name="scripted", base_url=upstream.url)], probe=False,  # type: ignore[attr-defined]
+                        data_dir=tmp_path)  # fmt: skip
+    upstream.push(text_exchange("From memory."))
+    with serve(create_app(settings)) as url:
+        answer = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+            "model": "test-model", "messages": [{"role": "user", "content": "Etna?"}], "web_search_options": {}})  # fmt: skip
+        bad = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+            "model": "test-model", "messages": [{"role": "user", "content": "Etna?"}],
+            "web_search_options": {"user_location": "Sicily"}})  # fmt: skip
+    assert check_chat_completion(answer.json()).choices[0].message.content == "From memory."
+    assert "tools" not in upstream.requests[-1]
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "web_search_options.user_location"
+
+
+@pytest.mark.parametrize(("tool", "param"), [
+    ({"type": "web_search", "filters": ["example.com"]}, "tools[0].filters"),
+    ({"type": "web_search", "filters": {"allowed_domains": "example.com"}}, "tools[0].filters.allowed_domains"),
+    ({"type": "web_search", "search_context_size": "huge"}, "tools[0].search_context_size"),
+    ({"type": "web_search_preview", "user_location": "Sicily"}, "tools[0].user_location"),
+    ({"type": "web_search", "external_web_access": "yes"}, "tools[0].external_web_access"),
+])  # fmt: skip
+def test_malformed_web_search_tools_are_400s(server, tool, param):
+    answer = httpx.post(f"{server.base_url}/responses", json={"model": "test-model", "input": "x", "tools": [tool]})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == param

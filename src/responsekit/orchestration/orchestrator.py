@@ -19,18 +19,13 @@ from typing import Any
 
 from ..backends import Backend
 from ..backends.router import ModelRouter
-from ..canonical.conversation import GenerationRequest, Message, NamedToolChoice, TextPart, ToolCall
+from ..canonical.conversation import GenerationRequest, Message, NamedToolChoice
 from ..canonical.errors import APIError
 from ..canonical.events import (
     Error,
     Event,
-    Finish,
     ReasoningDelta,
     ReasoningSummaryDelta,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    ToolResult,
     Usage,
 )
 from ..canonical.ids import new_id
@@ -55,6 +50,7 @@ from .rendering import rendered
 from .runs import TERMINAL, ResponseRendering, Run, Runs
 from .sealing import Sealer
 from .timeline import Timeline
+from .tool_loop import with_server_tools
 
 log = logging.getLogger(__name__)
 
@@ -307,62 +303,11 @@ class Orchestrator:
             attributes["gen_ai.conversation.id"] = prepared.request.conversation_id
         return tracing.orchestrate(self._canonical(prepared), attributes)
 
-    async def _canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
-        """Generations, with server-run tools in between.
-
-        When the model calls a tool this server runs (file_search, web search, MCP), the call is run,
-        its result goes to the renderer and, with the call, back to the model in a next
-        generation — until the model answers, calls a client tool, or `max_tool_calls`
-        calls have run (then the model must answer without tools).
-        """
-        generation, calls_run = prepared.generation, 0
-        while True:
-            server_calls: dict[int, tuple[ToolCallStart, list[str]]] = {}
-            client_call = failed = False
-            text: list[str] = []
-            reasoning: list[str] = []
-            finish: Finish | None = None
-            async with aclosing(self._generation(prepared, generation)) as events:
-                async for event in events:
-                    if isinstance(event, ToolCallStart):
-                        if prepared.toolset.origin(event.name).server_side:
-                            server_calls[event.index] = (event, [])
-                        else:
-                            client_call = True
-                    elif isinstance(event, ToolCallDelta) and event.index in server_calls:
-                        server_calls[event.index][1].append(event.arguments)
-                    elif isinstance(event, TextDelta):
-                        text.append(event.text)
-                    elif isinstance(event, ReasoningDelta):
-                        reasoning.append(event.text)
-                    elif isinstance(event, Error):
-                        failed = True
-                    elif isinstance(event, Finish) and server_calls:
-                        finish = event
-                        continue  # the response goes on after the tools ran
-                    yield event
-            if failed or finish is None:
-                return
-            calls, answers = [], []
-            for index, (start, parts) in server_calls.items():
-                arguments = "".join(parts) or "{}"
-                outcome = await prepared.server_tools.run(prepared.toolset.origin(start.name), arguments)
-                calls_run += 1
-                yield ToolResult(index, outcome.output, outcome.error, outcome.data)
-                calls.append(ToolCall(start.id, start.name, arguments))
-                result = f"Error: {outcome.error}" if outcome.error else outcome.output
-                answers.append(Message("tool", [TextPart(result)], tool_call_id=start.id))
-            if client_call or finish.reason == "length":
-                yield Finish("tool_calls" if client_call else finish.reason)
-                return
-            assistant = Message("assistant", [TextPart("".join(text))] if text else [], "".join(reasoning) or None, calls)
-            limit = prepared.request.max_tool_calls
-            exhausted = limit is not None and calls_run >= limit
-            generation = replace(
-                generation,
-                messages=[*generation.messages, assistant, *answers],
-                tool_choice="none" if exhausted else "auto",
-            )
+    def _canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """Generations, with server-run tools in between (`tool_loop.py`)."""
+        return with_server_tools(prepared.generation, prepared.toolset, prepared.server_tools,
+                                 lambda generation: self._generation(prepared, generation),
+                                 prepared.request.max_tool_calls)  # fmt: skip
 
     def _generation(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
         """One generation's events through the stages the request asks for."""

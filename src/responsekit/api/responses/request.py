@@ -20,6 +20,7 @@ from ...canonical.ids import new_id
 from ...orchestration.orchestrator import ResponseRequest
 from ...orchestration.sealing import Sealer
 from ...tools.names import ToolSet
+from ...tools.web.tool import check_spec
 from .render import ResponseRenderer
 from .tools import WEB_SEARCH_TOOL_TYPES, translate_tool_choice, translate_tools
 
@@ -133,6 +134,8 @@ def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) ->
                 and tool.get("type") == "file_search"]  # fmt: skip
     webs = [(i, tool) for i, tool in enumerate(body.tools) if isinstance(tool, dict)
             and tool.get("type") in WEB_SEARCH_TOOL_TYPES] if web_search else []  # fmt: skip
+    for position, tool in webs:
+        check_spec(tool, f"tools[{position}]")
     toolset = translate_tools(body.tools, web_search)
     generation = GenerationRequest(
         model=body.model,

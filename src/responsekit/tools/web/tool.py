@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...canonical.conversation import FunctionTool
+from ...canonical.errors import APIError
 from .. import ServerTools, ToolOutcome
 from ..file_search import CITE
 from ..names import ToolOrigin
@@ -155,6 +156,30 @@ def add_web_search(tools: ServerTools, spec: dict[str, Any], web: WebSearch) -> 
     if spec.get("external_web_access", True) is not False:
         tools.add(ToolOrigin("web_search", OPEN, NAMESPACE), DEFINITIONS[OPEN], session.open)
         tools.add(ToolOrigin("web_search", FIND, NAMESPACE), DEFINITIONS[FIND], session.find)
+
+
+def check_spec(spec: dict[str, Any], param: str) -> None:
+    """Refuse (400) a web_search tool whose options the server reads have the wrong shape."""
+
+    def refuse(key: str, message: str) -> APIError:
+        return APIError(400, message, param=f"{param}.{key}", code="invalid_value")
+
+    size = spec.get("search_context_size")
+    if size is not None and size not in CONTEXT_SIZES:
+        raise refuse("search_context_size", "`search_context_size` must be `low`, `medium` or `high`.")
+    filters = spec.get("filters")
+    if filters is not None and not isinstance(filters, dict):
+        raise refuse("filters", "`filters` must be an object.")
+    domains = (filters or {}).get("allowed_domains")
+    if domains is not None and not (isinstance(domains, list) and all(isinstance(d, str) for d in domains)):
+        raise refuse("filters.allowed_domains", "`allowed_domains` must be a list of domain names.")
+    location = spec.get("user_location")
+    if location is not None and not (isinstance(location, dict) and
+                                     all(isinstance(v, str) or v is None for v in location.values())):  # fmt: skip
+        raise refuse("user_location", "`user_location` must be an object of strings.")
+    access = spec.get("external_web_access")
+    if access is not None and not isinstance(access, bool):
+        raise refuse("external_web_access", "`external_web_access` must be a boolean.")
 
 
 def action_of(function: str, arguments: str) -> dict[str, Any]:
