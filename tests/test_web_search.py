@@ -482,6 +482,8 @@ def test_a_stored_search_is_remembered_by_the_next_turn(server):
     call = next(m for m in messages if m.get("tool_calls"))
     assert call["tool_calls"][0]["function"] == {"name": "web_search", "arguments": '{"query": "etna"}'}
     assert next(m for m in messages if m["role"] == "tool")["content"].startswith("Sources found:\n- http://127.0.0.1")
+    page = httpx.get(f"{server.url}/ui/responses/{first['id']}").text  # the inspector shows the search
+    assert "web search" in page and ">etna<" in page and "/etna.html" in page
 
 
 def test_codex_request_searches(server, engine):
