@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from anthropic.types import Message as AnthropicMessage
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -40,6 +41,9 @@ from .harness import (
     text_exchange,
     tool_call_exchange,
 )
+from .test_messages import HEADERS as MESSAGE_HEADERS
+from .test_messages import TOOLS as MESSAGE_TOOLS
+from .test_messages import stream as messages_stream
 from .test_vector_stores import pdf_with_text
 
 ETNA_HTML = """<!doctype html><html><head><title>Mount Etna</title><script>var tracking = 1;</script>
@@ -609,3 +613,75 @@ def test_chat_completions_without_a_provider_ignore_web_search_options(upstream,
 def test_malformed_web_search_tools_are_400s(server, tool, param):
     answer = httpx.post(f"{server.base_url}/responses", json={"model": "test-model", "input": "x", "tools": [tool]})
     assert answer.status_code == 400 and answer.json()["error"]["param"] == param
+
+
+# --- Messages API: the web_search server tool ---------------------------------------------
+
+
+ANTHROPIC_TOOL = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+
+
+def test_messages_search_blocks_and_citations(server, engine):
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), answer="Etna erupts every few years [1].")
+    request = {"model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": "Is Etna active?"}],
+               "tools": [*MESSAGE_TOOLS, ANTHROPIC_TOOL]}  # fmt: skip
+    events = messages_stream(server.url, request)
+    starts = [e["content_block"] for e in events if e["type"] == "content_block_start"]
+    use, result, text = starts[-3:]
+    assert use["type"] == "server_tool_use" and use["name"] == "web_search" and use["id"].startswith("srvtoolu_")
+    arguments = "".join(e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta"
+                        and e["delta"]["type"] == "input_json_delta")  # fmt: skip
+    assert json.loads(arguments) == {"query": "etna"}
+    assert result["type"] == "web_search_tool_result" and result["tool_use_id"] == use["id"]
+    assert [r["url"] for r in result["content"]] == [url for url, _, _ in engine._results()]
+    assert all(r["encrypted_content"] and "Etna" not in r["encrypted_content"] for r in result["content"])
+    assert text["type"] == "text"
+    (citation,) = [e["delta"]["citation"] for e in events if e["type"] == "content_block_delta"
+                   and e["delta"]["type"] == "citations_delta"]  # fmt: skip
+    assert citation["type"] == "web_search_result_location" and citation["url"].endswith("/etna.html")
+    assert citation["title"] == "Mount Etna" and citation["cited_text"].startswith("Etna in Sicily")
+    assert events[-2]["usage"]["server_tool_use"] == {"web_search_requests": 1, "web_fetch_requests": 0}
+    assert events[-2]["delta"]["stop_reason"] == "end_turn"
+    offered = [tool["function"]["name"] for tool in server.upstream.requests[0]["tools"]]
+    assert offered == ["get_weather", "web_search"], "Anthropic's search reads no page: search only"
+
+    # The turn replayed: the model reads the call and the results' text again (sealed by this server).
+    server.upstream.responder = lambda body: text_exchange("You are welcome.")
+    content = [use | {"input": {"query": "etna"}}, result, {"type": "text", "text": "Etna erupts every few years [1].",
+                                                            "citations": [citation]}]  # fmt: skip
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={**request, "messages": [
+        *request["messages"], {"role": "assistant", "content": content}, {"role": "user", "content": "Thanks"}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    AnthropicMessage.model_validate(answer.json(), strict=True)
+    messages = server.upstream.requests[-1]["messages"]
+    assert messages[1]["tool_calls"][0]["id"] == use["id"]
+    assert messages[1]["tool_calls"][0]["function"] == {"name": "web_search", "arguments": '{"query": "etna"}'}
+    assert messages[2]["role"] == "tool" and messages[2]["content"].startswith("[1] Mount Etna\nURL: ")
+    assert "Etna in Sicily is one of the most active volcanoes." in messages[2]["content"]
+    assert messages[3] == {"role": "assistant", "content": "Etna erupts every few years [1]."}
+
+
+def test_messages_search_failure_and_non_streaming(server, engine):
+    engine.fail = 429
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), answer="No search now.")
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": "Etna?"}],
+        "tools": [ANTHROPIC_TOOL | {"blocked_domains": ["example.org"]}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    message = AnthropicMessage.model_validate(answer.json(), strict=True)
+    kinds = [block.type for block in message.content]
+    assert kinds == ["server_tool_use", "web_search_tool_result", "text"]
+    assert answer.json()["content"][1]["content"] == {"type": "web_search_tool_result_error", "error_code": "too_many_requests"}
+    assert "rate limiting" in tool_outputs(server.upstream)[0]
+
+
+def test_messages_without_a_provider_leave_the_server_tool_out(upstream, tmp_path):
+    settings = Settings(upstreams=[UpstreamConfig(name="scripted", base_url=upstream.url)], probe=False,  # type: ignore[attr-defined]
+                        data_dir=tmp_path)  # fmt: skip
+    upstream.push(text_exchange("From memory."))
+    with serve(create_app(settings)) as url:
+        answer = httpx.post(f"{url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+            "model": "test-model", "max_tokens": 100, "messages": [{"role": "user", "content": "Etna?"}],
+            "tools": [ANTHROPIC_TOOL]})  # fmt: skip
+    assert answer.status_code == 200 and answer.json()["content"][0]["text"] == "From memory."
+    assert "tools" not in upstream.requests[-1]

@@ -44,6 +44,8 @@ CONTEXT_SIZES = {"low": (0.5, 300, 3_000), "medium": (1.0, 700, 10_000), "high":
 """`search_context_size` -> (share of `web_search_max_results`, characters of each result's
 summary, characters of an opened page) the model reads."""
 MAX_MATCHES = 10
+CITED_CHARS = 150
+"""The source text a citation carries where the client shows it (Anthropic's `cited_text`)."""
 
 
 @dataclass(slots=True)
@@ -53,6 +55,8 @@ class _Session:
     web: WebSearch
     tools: ServerTools
     domains: tuple[str, ...]
+    blocked: tuple[str, ...]
+    """Domains whose results are left out (Anthropic's `blocked_domains`)."""
     location: dict[str, Any]
     count: int
     snippet_chars: int
@@ -72,7 +76,7 @@ class _Session:
     def source(self, page: Page) -> dict[str, str]:
         """What a citation of `page` names."""
         title = page.title if page.title != page.url else self.titles.get(page.url, page.url)
-        return {"url": page.url, "title": title}
+        return {"url": page.url, "title": title, "text": _cut(" ".join(page.text.split()), CITED_CHARS)}
 
     async def search(self, arguments: str) -> ToolOutcome:
         value = _arguments(arguments)
@@ -84,17 +88,21 @@ class _Session:
             hits = await self.web.search(Query(query, self.count, self.domains, self.location.get("country"),
                                                self.location.get("city"), self.location.get("region")))  # fmt: skip
         except SearchError as error:
-            return ToolOutcome("", error=f"The web search failed: {error.message}", data={"action": action})
+            return ToolOutcome("", error=f"The web search failed: {error.message}",
+                               data={"action": action, "outcome": error.outcome})  # fmt: skip
+        hits = [hit for hit in hits if not (self.blocked and in_domains(hit.url, self.blocked))]
         action["sources"] = [{"type": "url", "url": hit.url} for hit in hits]
+        results = [{"url": hit.url, "title": hit.title, "text": hit.snippet} for hit in hits]
         citations, blocks = {}, []
         for hit in hits:
             n = self.number(hit.url)
-            citations[n] = {"url": hit.url, "title": hit.title}
+            citations[n] = {"url": hit.url, "title": hit.title, "text": _cut(hit.snippet, CITED_CHARS)}
             self.titles.setdefault(hit.url, hit.title)
             blocks.append(f"[{n}] {hit.title}\nURL: {hit.url}\n{_cut(hit.snippet, self.snippet_chars)}")
         if not blocks:
-            return ToolOutcome(f"No results for {query!r}.", data={"action": action, "citations": {}})
-        return ToolOutcome("\n\n".join(blocks) + f"\n\n{CITE}", data={"action": action, "citations": citations})
+            return ToolOutcome(f"No results for {query!r}.", data={"action": action, "citations": {}, "results": []})
+        data = {"action": action, "citations": citations, "results": results}
+        return ToolOutcome("\n\n".join(blocks) + f"\n\n{CITE}", data=data)
 
     async def open(self, arguments: str) -> ToolOutcome:
         action = action_of(OPEN, arguments)
@@ -148,9 +156,11 @@ def add_web_search(tools: ServerTools, spec: dict[str, Any], web: WebSearch) -> 
     """Offer the web functions for one request's `web_search` tool (`spec`, as the client sent it)."""
     share, snippet_chars, page_chars = CONTEXT_SIZES.get(str(spec.get("search_context_size") or "medium"),
                                                          CONTEXT_SIZES["medium"])  # fmt: skip
-    domains = tuple(str(d) for d in ((spec.get("filters") or {}).get("allowed_domains") or ()) if d)
+    filters = spec.get("filters") or {}
+    domains = tuple(str(d) for d in (filters.get("allowed_domains") or ()) if d)
+    blocked = tuple(str(d) for d in (filters.get("blocked_domains") or ()) if d)
     location = spec.get("user_location") if isinstance(spec.get("user_location"), dict) else {}
-    session = _Session(web, tools, domains, location, max(1, min(20, round(web.max_results * share))),
+    session = _Session(web, tools, domains, blocked, location, max(1, min(20, round(web.max_results * share))),
                        snippet_chars, page_chars)  # fmt: skip
     tools.add(ToolOrigin("web_search", SEARCH, NAMESPACE), DEFINITIONS[SEARCH], session.search)
     if spec.get("external_web_access", True) is not False:
