@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from agents import Agent, OpenAIResponsesModel, Runner, WebSearchTool, set_tracing_disabled
 from anthropic.types import Message as AnthropicMessage
+from openai import AsyncOpenAI
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -44,6 +47,7 @@ from .harness import (
 from .test_messages import HEADERS as MESSAGE_HEADERS
 from .test_messages import TOOLS as MESSAGE_TOOLS
 from .test_messages import stream as messages_stream
+from .test_real_clients import JS, codex_home, run_codex
 from .test_vector_stores import pdf_with_text
 
 ETNA_HTML = """<!doctype html><html><head><title>Mount Etna</title><script>var tracking = 1;</script>
@@ -685,3 +689,59 @@ def test_messages_without_a_provider_leave_the_server_tool_out(upstream, tmp_pat
             "tools": [ANTHROPIC_TOOL]})  # fmt: skip
     assert answer.status_code == 200 and answer.json()["content"][0]["text"] == "From memory."
     assert "tools" not in upstream.requests[-1]
+
+
+def test_codex_cli_searches_the_web(server, engine, tmp_path):
+    """Codex CLI sends its web_search tool; the model searches and Codex shows the search."""
+    server.upstream.responder = searching(("web_search", {"query": "mount etna eruption"}),
+                                          answer="Etna erupts every few years [1].")  # fmt: skip
+    home, work = codex_home(tmp_path, server.base_url), tmp_path / "work"
+    work.mkdir()
+    events = run_codex(home, work, "Is Etna active? Search the web.")
+    searches = [e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "web_search"]
+    assert searches and searches[0]["query"] == "mount etna eruption", events
+    answer = next(e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "agent_message")
+    assert answer["text"] == "Etna erupts every few years [1]."
+    assert len(engine.requests) == 1 and engine.requests[0]["params"]["q"] == "mount etna eruption"
+
+
+def test_vercel_ai_sdk_provider_web_search(server, engine):
+    """The AI SDK's `openai.tools.webSearch`: a provider-executed call, its result, and the cited source."""
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), answer="Etna erupts every few years [1].")
+    done = subprocess.run(["node", str(JS / "ai_sdk_web_search.mjs"), server.base_url], capture_output=True,
+                          text=True, timeout=120, cwd=JS)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    generate = result["generate"]
+    assert generate["text"] == "Etna erupts every few years [1]." and generate["finishReason"] == "stop"
+    assert generate["toolCalls"][0]["name"] == "web_search" and generate["toolCalls"][0]["providerExecuted"] is True
+    assert generate["toolResults"][0]["name"] == "web_search"
+    assert generate["toolResults"][0]["output"]["action"] == {"type": "search", "query": "etna", "queries": ["etna"]}
+    assert [s["url"] for s in generate["sources"]] == [f"{engine.site.url}/etna.html"]
+    assert generate["sources"][0]["title"] == "Mount Etna"
+    stream = result["stream"]
+    assert stream["errors"] == [] and stream["sources"] == [f"{engine.site.url}/etna.html"]
+    assert {"tool-call", "tool-result", "source", "text-delta"} <= set(stream["partTypes"])
+
+
+def test_openai_sdk_stream_helper_and_agents_sdk(server, engine):
+    """The OpenAI SDK's stream accumulator and the Agents SDK's hosted WebSearchTool take the items as OpenAI's."""
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), answer="Etna erupts every few years [1].")
+    with server.client().responses.stream(model="test-model", input="Etna?", tools=[{"type": "web_search"}],
+                                          include=["web_search_call.action.sources"]) as stream:  # fmt: skip
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds.count("response.web_search_call.completed") == 1
+    search = final.output[0]
+    assert search.type == "web_search_call" and search.action.type == "search" and search.action.query == "etna"
+    assert len(search.action.sources or ()) == 3 and search.action.sources[0].url.endswith("/etna.html")
+    (annotation,) = final.output[-1].content[0].annotations
+    assert annotation.type == "url_citation" and annotation.title == "Mount Etna"
+
+    set_tracing_disabled(True)
+    agent = Agent(name="researcher", instructions="Search, then answer.", tools=[WebSearchTool(search_context_size="low")],
+                  model=OpenAIResponsesModel("test-model", AsyncOpenAI(base_url=server.base_url, api_key="test")))  # fmt: skip
+    result = asyncio.run(Runner.run(agent, "Is Etna active?"))
+    assert result.final_output == "Etna erupts every few years [1]."
+    assert any(getattr(item.raw_item, "type", None) == "web_search_call" for item in result.new_items)
+    assert len(engine.requests) == 2
