@@ -31,7 +31,7 @@ from responsekit.tools.web import fetch as web_fetch
 from responsekit.tools.web import providers
 from responsekit.tools.web.fetch import FetchError, PageFetcher
 
-from .conftest import Server
+from .conftest import DATABASES, Server
 from .harness import (
     DATA,
     ScriptedUpstream,
@@ -43,6 +43,7 @@ from .harness import (
     serve,
     text_exchange,
     tool_call_exchange,
+    wait_for,
 )
 from .test_messages import HEADERS as MESSAGE_HEADERS
 from .test_messages import TOOLS as MESSAGE_TOOLS
@@ -193,10 +194,10 @@ def provider() -> str:
 
 
 @pytest.fixture
-def settings(upstream: ScriptedUpstream, engine: SearchEngine, provider: str, tmp_path: Path) -> Settings:
+def settings(upstream: ScriptedUpstream, engine: SearchEngine, provider: str, tmp_path: Path, database_url: str) -> Settings:
     keys = {"searxng": None, "brave": "brave-key", "tavily": "tavily-key", "exa": "exa-key"}
     return Settings(upstreams=[UpstreamConfig(name="scripted", base_url=upstream.url)],  # type: ignore[attr-defined]
-                    probe=False, data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'state.db'}",
+                    probe=False, data_dir=tmp_path, database_url=database_url,
                     allowed_hosts=["127.0.0.1"], web_search_provider=provider,  # type: ignore[arg-type]
                     web_search_url=engine.url, web_search_api_key=keys[provider])  # type: ignore[attr-defined]  # fmt: skip
 
@@ -477,6 +478,7 @@ def test_replayed_web_search_calls_reach_the_model(server):
         assert messages[-1] == {"role": "user", "content": "Thanks"}
 
 
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 def test_a_stored_search_is_remembered_by_the_next_turn(server):
     server.upstream.responder = searching(("web_search", {"query": "etna"}))
     first = httpx.post(f"{server.base_url}/responses", timeout=60, json={
@@ -745,3 +747,15 @@ def test_openai_sdk_stream_helper_and_agents_sdk(server, engine):
     assert result.final_output == "Etna erupts every few years [1]."
     assert any(getattr(item.raw_item, "type", None) == "web_search_call" for item in result.new_items)
     assert len(engine.requests) == 2
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_a_background_response_searches(server, engine):
+    server.upstream.responder = searching(("web_search", {"query": "etna"}))
+    client = server.client()
+    started = client.responses.create(model="test-model", input="Etna?", background=True,
+                                      tools=[{"type": "web_search"}])  # fmt: skip
+    wait_for(lambda: client.responses.retrieve(started.id).status == "completed", timeout=30)
+    final = check_response(httpx.get(f"{server.base_url}/responses/{started.id}").json())
+    assert [item.type for item in final.output] == ["web_search_call", "message"]
+    assert final.output[1].content[0].annotations[0].type == "url_citation" and len(engine.requests) == 1
