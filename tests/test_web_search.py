@@ -759,3 +759,16 @@ def test_a_background_response_searches(server, engine):
     final = check_response(httpx.get(f"{server.base_url}/responses/{started.id}").json())
     assert [item.type for item in final.output] == ["web_search_call", "message"]
     assert final.output[1].content[0].annotations[0].type == "url_citation" and len(engine.requests) == 1
+
+
+def test_a_response_has_a_budget_of_web_calls(server, engine, monkeypatch):
+    from responsekit.tools.web import tool
+
+    monkeypatch.setattr(tool, "MAX_CALLS", 2)
+    server.upstream.responder = searching(*[("web_search", {"query": f"etna {n}"}) for n in range(3)], answer="Done.")
+    response = httpx.post(f"{server.base_url}/responses", timeout=60, json={
+        "model": "test-model", "input": "Search a lot.", "tools": [{"type": "web_search"}]}).json()  # fmt: skip
+    check_response(response)
+    assert [item["status"] for item in response["output"][:3]] == ["completed", "completed", "failed"]
+    assert tool_outputs(server.upstream)[2] == "Error: This response has used its 2 web calls: answer with what you found."
+    assert len(engine.requests) == 2

@@ -47,7 +47,7 @@ from ...prompting.stop_texts import StopTexts
 log = logging.getLogger(__name__)
 
 _CITATION = re.compile(r"\[(\d{1,4})\]")
-SEARCH_ERRORS = {"rate_limited": "too_many_requests"}
+SEARCH_ERRORS = {"rate_limited": "too_many_requests", "budget": "max_uses_exceeded"}
 """Why a search failed (`SearchError.outcome`) -> Anthropic's `error_code` (else `unavailable`)."""
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}

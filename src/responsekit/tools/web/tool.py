@@ -44,6 +44,10 @@ CONTEXT_SIZES = {"low": (0.5, 300, 3_000), "medium": (1.0, 700, 10_000), "high":
 """`search_context_size` -> (share of `web_search_max_results`, characters of each result's
 summary, characters of an opened page) the model reads."""
 MAX_MATCHES = 10
+MAX_CALLS = 24
+"""Web calls one response may make: past it each call is an error telling the model to answer, so a
+model that keeps searching cannot spend the operator's search quota (`max_tool_calls` stops the
+loop itself, when the request sets it)."""
 CITED_CHARS = 150
 """The source text a citation carries where the client shows it (Anthropic's `cited_text`)."""
 
@@ -61,6 +65,7 @@ class _Session:
     count: int
     snippet_chars: int
     page_chars: int
+    calls: int = 0
     numbers: dict[str, int] = field(default_factory=dict)
     """URL -> the number the model cites it by."""
     pages: dict[str, Page] = field(default_factory=dict)
@@ -78,10 +83,20 @@ class _Session:
         title = page.title if page.title != page.url else self.titles.get(page.url, page.url)
         return {"url": page.url, "title": title, "text": _cut(" ".join(page.text.split()), CITED_CHARS)}
 
+    def spent(self, action: dict[str, Any]) -> ToolOutcome | None:
+        """The error of a call past `MAX_CALLS`, or None (the call counts)."""
+        self.calls += 1
+        if self.calls <= MAX_CALLS:
+            return None
+        return ToolOutcome("", error=f"This response has used its {MAX_CALLS} web calls: answer with what you found.",
+                           data={"action": action, "outcome": "budget"})  # fmt: skip
+
     async def search(self, arguments: str) -> ToolOutcome:
         value = _arguments(arguments)
         query = value.get("query") or next(iter(value.get("queries") or ()), None)
         action = action_of(SEARCH, arguments)
+        if (spent := self.spent(action)) is not None:
+            return spent
         if not isinstance(query, str) or not query.strip():
             return ToolOutcome("", error='Give a query: {"query": "..."}.', data={"action": action})
         try:
@@ -136,6 +151,8 @@ class _Session:
 
     async def _page(self, action: dict[str, Any]) -> Page | ToolOutcome:
         """The page `action` names, read once per response; or the outcome saying why not."""
+        if (spent := self.spent(action)) is not None:
+            return spent
         url = action.get("url") or ""
         if not url.strip():
             return ToolOutcome("", error='Give the page\'s URL: {"url": "https://..."}.', data={"action": action})
