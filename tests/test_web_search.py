@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,7 @@ from .harness import (
     tool_call_exchange,
     wait_for,
 )
+from .test_claude_code import CLAUDE
 from .test_messages import HEADERS as MESSAGE_HEADERS
 from .test_messages import TOOLS as MESSAGE_TOOLS
 from .test_messages import stream as messages_stream
@@ -772,3 +774,51 @@ def test_a_response_has_a_budget_of_web_calls(server, engine, monkeypatch):
     assert [item["status"] for item in response["output"][:3]] == ["completed", "completed", "failed"]
     assert tool_outputs(server.upstream)[2] == "Error: This response has used its 2 web calls: answer with what you found."
     assert len(engine.requests) == 2
+
+
+def test_claude_code_web_search_tool(upstream, engine, tmp_path):
+    """Claude Code's WebSearch tool asks the Messages API for Anthropic's web_search server tool;
+    ResponseKit runs the search, and Claude Code reads the results back into its own loop."""
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        offered = [tool["function"]["name"] for tool in body.get("tools") or ()]
+        answered = [m for m in body["messages"] if m["role"] == "tool"]
+        called = [call["function"]["name"] for m in body["messages"] for call in m.get("tool_calls") or ()]
+        if offered == ["web_search"]:  # Claude Code's side request with the server tool alone
+            return text_exchange("Etna erupts every few years [1].") if answered else \
+                tool_call_exchange("web_search", {"query": "etna eruption"}, call_id="call_search")
+        if "WebSearch" in called:
+            return text_exchange(f"The search said: {str(answered[-1]['content'])[:600]}")
+        if "WebSearch" in offered:
+            return tool_call_exchange("WebSearch", {"query": "etna eruption"}, call_id="call_websearch")
+        if "ToolSearch" in offered and "ToolSearch" not in called:  # WebSearch is a deferred tool
+            return tool_call_exchange("ToolSearch", {"query": "select:WebSearch"}, call_id="call_toolsearch")
+        return text_exchange("OK.")
+
+    upstream.responder = respond
+    settings = Settings(upstreams=[UpstreamConfig(name="scripted", base_url=upstream.url)],  # type: ignore[attr-defined]
+                        aliases={"claude-sonnet-4-5": "test-model"}, probe=False, data_dir=tmp_path / "data",
+                        allowed_hosts=["127.0.0.1"], web_search_provider="searxng", web_search_url=engine.url)  # type: ignore[attr-defined]  # fmt: skip
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    clean = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
+    with serve(create_app(settings)) as url:
+        env = {**clean, "HOME": str(home), "IS_SANDBOX": "1", "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test",
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}  # fmt: skip
+        done = subprocess.run(
+            [str(CLAUDE), "-p", "Search the web: is Etna active?", "--output-format", "stream-json", "--verbose",
+             "--permission-mode", "bypassPermissions", "--max-turns", "4", "--model", "claude-sonnet-4-5"],
+            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    result = events[-1]
+    assert result["type"] == "result" and result["is_error"] is False, result
+    assert [r["params"]["q"] for r in engine.requests] == ["etna eruption"]
+    side = [body for body in upstream.requests if [t["function"]["name"] for t in body.get("tools") or ()] == ["web_search"]]
+    assert side[0]["tool_choice"] == {"type": "function", "function": {"name": "web_search"}}, "the search forced"
+    # What Claude Code's WebSearch tool gave its own loop: the links and the side answer, from our blocks.
+    fed = [m["content"] for m in upstream.requests[-1]["messages"] if m["role"] == "tool"][-1]
+    assert fed.startswith('Web search results for query: "etna eruption"') and '"title":"Mount Etna"' in fed
+    assert "The search said:" in result["result"] and "etna.html" in result["result"], result["result"]

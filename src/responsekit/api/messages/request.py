@@ -110,7 +110,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         raise APIError(400, "No usable message in `messages`.", param="messages", code="invalid_value")
     if body.context_management:
         _warn_once("context_management is accepted and ignored: the history is sent to the engine as given")
-    choice, parallel = _tool_choice(body.tool_choice, tools)
+    choice, parallel = _tool_choice(body.tool_choice, tools, web)
     effort, show = _thinking(body.thinking, body.output_config)
     generation = GenerationRequest(model=body.model, messages=messages, tools=tools, tool_choice=choice,
                                    parallel_tool_calls=parallel, reasoning_effort=effort)  # fmt: skip
@@ -180,7 +180,7 @@ def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
     """Anthropic's web search tool as a Responses web_search tool the server runs (search only)."""
     filters = {key: tool[key] for key in ("allowed_domains", "blocked_domains") if tool.get(key) is not None}
     spec = {"type": "web_search", "external_web_access": False, "filters": filters or None,
-            "user_location": tool.get("user_location")}  # fmt: skip
+            "user_location": tool.get("user_location"), "name": tool.get("name") or "web_search"}  # fmt: skip
     blocked = filters.get("blocked_domains")
     if blocked is not None and not (isinstance(blocked, list) and all(isinstance(d, str) for d in blocked)):
         raise APIError(400, "`blocked_domains` must be a list of domain names.", param=f"{param}.blocked_domains",
@@ -192,7 +192,10 @@ def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
     return {**spec, "max_uses": uses}
 
 
-def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool]) -> tuple[ToolChoice, bool | None]:
+def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool],
+                 web: dict[str, Any] | None = None) -> tuple[ToolChoice, bool | None]:  # fmt: skip
+    """`web`: the web search server tool the server runs; naming it forces a search (Claude
+    Code's WebSearch tool asks so), which `routes.py` points at the search function's name."""
     if choice is None:
         return "auto", None
     kind = choice.get("type")
@@ -207,6 +210,8 @@ def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool]) -> tu
         name = choice.get("name")
         if any(tool.name == name for tool in tools):
             return NamedToolChoice(str(name)), parallel
+        if web is not None and name == web.get("name"):
+            return NamedToolChoice(SEARCH), parallel
         raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice",
                        code="invalid_value")  # fmt: skip
     raise APIError(400, f"Invalid tool_choice type: {kind!r}.", param="tool_choice", code="invalid_value")

@@ -17,14 +17,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...backends import Backend
-from ...canonical.conversation import GenerationRequest
+from ...canonical.conversation import GenerationRequest, NamedToolChoice
 from ...canonical.sse import sse_event
 from ...operations import tracing
 from ...orchestration.rendering import drain, rendered
 from ...orchestration.tool_loop import with_server_tools
 from ...tools import ServerTools
 from ...tools.names import ToolOrigin, ToolSet
-from ...tools.web.tool import add_web_search
+from ...tools.web.tool import NAMESPACE as WEB
+from ...tools.web.tool import SEARCH, add_web_search
 from ..auth import authorize
 from ..http import JSONResponse, error_envelope, read_body
 from ..metrics import observation
@@ -66,6 +67,8 @@ async def create_message(request: Request) -> Response:
         add_web_search(server_tools, translation.web_search, web)
         toolset.add(server_tools.functions)
         generation.tools = toolset.offered()
+        if generation.tool_choice == NamedToolChoice(SEARCH):  # a search forced: by the name the model knows
+            generation.tool_choice = NamedToolChoice(toolset.model_name(SEARCH, WEB))
     upstream, generation.model = await state.router.resolve(body.model)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
