@@ -92,6 +92,9 @@ class Site:
                 return RedirectResponse("/loop", status_code=302)
             if path == "/binary":
                 return Response(bytes(range(256)) * 64, media_type="application/octet-stream")
+            if path == "/slow":
+                await asyncio.sleep(5)
+                return PlainTextResponse("too late")
             if path == "/huge.txt":
                 return PlainTextResponse("lava " * 400_000)  # 2 MB
             return PlainTextResponse("not found", status_code=404)
@@ -349,7 +352,8 @@ def test_fetch_refuses_private_addresses_and_odd_urls(site, url):
 
 @pytest.mark.parametrize(("path", "outcome"), [("/to-private", "refused"), ("/to-file", "refused"),
                                                ("/loop", "refused"), ("/binary", "unsupported"),
-                                               ("/huge.txt", "too_large"), ("/missing", "http_error")])  # fmt: skip
+                                               ("/huge.txt", "too_large"), ("/missing", "http_error"),
+                                               ("/slow", "timeout")])  # fmt: skip
 def test_fetch_refusals(site, path, outcome):
     fetcher = PageFetcher(UrlPolicy(["127.0.0.1"]), max_bytes=1_000_000)
     with pytest.raises(FetchError) as refused:
@@ -822,3 +826,19 @@ def test_claude_code_web_search_tool(upstream, engine, tmp_path):
     fed = [m["content"] for m in upstream.requests[-1]["messages"] if m["role"] == "tool"][-1]
     assert fed.startswith('Web search results for query: "etna eruption"') and '"title":"Mount Etna"' in fed
     assert "The search said:" in result["result"] and "etna.html" in result["result"], result["result"]
+
+
+def test_settings_from_flags_environment_and_file(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from responsekit.cli.main import app
+    from responsekit.config import load_settings
+
+    config = tmp_path / "responsekit.toml"
+    config.write_text('web_search_provider = "brave"\nweb_search_api_key = "from-file"\nweb_search_max_results = 8\n')
+    monkeypatch.setenv("RESPONSEKIT_WEB_SEARCH_API_KEY", "from-env")
+    settings = load_settings(config, web_search_url="https://search.example.net")
+    assert (settings.web_search_provider, settings.web_search_api_key, settings.web_search_max_results,
+            settings.web_search_url) == ("brave", "from-env", 8, "https://search.example.net")  # fmt: skip
+    refused = CliRunner().invoke(app, ["serve", "--web-search-provider", "bing", "--no-probe"])
+    assert refused.exit_code != 0 and "web_search_provider" in refused.output
