@@ -842,3 +842,16 @@ def test_settings_from_flags_environment_and_file(tmp_path, monkeypatch):
             settings.web_search_url) == ("brave", "from-env", 8, "https://search.example.net")  # fmt: skip
     refused = CliRunner().invoke(app, ["serve", "--web-search-provider", "bing", "--no-probe"])
     assert refused.exit_code != 0 and "web_search_provider" in refused.output
+
+
+def test_allowed_tools_may_name_web_search(server, engine):
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}, {"type": "web_search"}]
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), answer="Done.")
+    for allowed, offered in (([{"type": "web_search"}], ["web_search", "web_open_page", "web_find_in_page"]),
+                             ([{"type": "function", "name": "get_weather"}], ["get_weather"])):  # fmt: skip
+        before = len(server.upstream.requests)
+        response = httpx.post(f"{server.base_url}/responses", timeout=60, json={
+            "model": "test-model", "input": "Etna?", "tools": tools,
+            "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": allowed}}).json()  # fmt: skip
+        check_response(response)
+        assert [t["function"]["name"] for t in server.upstream.requests[before]["tools"]] == offered

@@ -15,6 +15,8 @@ from typing import Any
 from ...canonical.conversation import FunctionTool, NamedToolChoice, ToolChoice
 from ...canonical.errors import APIError
 from ...tools.names import CUSTOM_INPUT, ToolOrigin, ToolSet
+from ...tools.web.tool import ACTIONS as WEB_FUNCTIONS
+from ...tools.web.tool import NAMESPACE as WEB
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +92,15 @@ def translate_tool_choice(choice: Any, toolset: ToolSet, web_search: bool = Fals
         mode = choice.get("mode", "auto")
         if mode not in ("auto", "required"):
             raise APIError(400, "allowed_tools mode must be `auto` or `required`.", param="tool_choice.mode", code="invalid_value")
+        listed = [tool for tool in choice.get("tools") or () if isinstance(tool, dict)]
         toolset.allowed = frozenset(
             toolset.model_name(str(tool.get("name")), tool.get("namespace"))
-            for tool in choice.get("tools") or ()
-            if isinstance(tool, dict) and tool.get("type") in ("function", "custom")
+            for tool in listed
+            if tool.get("type") in ("function", "custom")
         )
+        if web_search and any(tool.get("type") in WEB_SEARCH_TOOL_TYPES for tool in listed):
+            # The web functions are named once the orchestrator adds them: under either name they may get.
+            toolset.allowed |= {name for function in WEB_FUNCTIONS for name in (function, f"{WEB}__{function}")}
         return mode
     if kind in WEB_SEARCH_TOOL_TYPES and web_search:
         return "required"
