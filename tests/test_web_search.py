@@ -397,6 +397,7 @@ def test_allowed_domains_filter_results_and_pages(server, engine, site):
 @pytest.mark.parametrize(("fail", "outcome", "says"), [
     (401, "unauthorized", "refused the server's key"), (429, "rate_limited", "rate limiting"),
     (500, "server_error", "failed (500)"), (503, "server_error", "failed (503)"),
+    (403, "unauthorized", "must enable the JSON format"),
     ("junk", "bad_answer", "could not be read"), ("timeout", "timeout", "did not answer in time"),
 ])  # fmt: skip
 def test_provider_failures_are_errors_the_model_reads(server, engine, fail, outcome, says):

@@ -73,6 +73,10 @@ class Provider:
             raise SearchError(f"The search engine ({self.name}) did not answer in time.", "timeout") from None
         except httpx.HTTPError as exc:
             raise SearchError(f"The search engine ({self.name}) could not be reached: {exc}", "unreachable") from None
+        if answer.status_code == 403 and self.name == "searxng":
+            # SearXNG answers 403 to `format=json` unless its settings.yml lists it (docs/web-search.md).
+            raise SearchError("The search engine (searxng) refused the request (403): its settings.yml must "
+                              "enable the JSON format (search.formats: [html, json]).", "unauthorized")  # fmt: skip
         if answer.status_code in (401, 403):
             raise SearchError(f"The search engine ({self.name}) refused the server's key ({answer.status_code}).",
                               "unauthorized")  # fmt: skip
