@@ -35,6 +35,7 @@ from .orchestration.runs import Runs
 from .orchestration.sealing import Sealer
 from .store import Store
 from .tools.outbound import UrlPolicy
+from .tools.web import web_search_from
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,21 @@ def create_app(settings: Settings) -> FastAPI:
         await app.state.vector_stores.start()
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)
+        web, app.state.web_search_off = web_search_from(
+            settings.web_search_provider, settings.web_search_url, settings.web_search_api_key,
+            settings.web_search_max_results, urls, metrics.web_operation if metrics is not None else None,
+        )
+        if web is None:
+            log.info("web search off: %s (docs/web-search.md)", app.state.web_search_off)
+        else:
+            await web.start()  # an engine that cannot be reached now is logged, never fatal
+        app.state.web_search = web
         attachments = app.state.attachments = Attachments(
             urls, app.state.vector_stores, store, router, vision_model=settings.vision_model,
             max_image_bytes=settings.max_image_bytes, max_document_chars=settings.max_document_chars,
         )  # fmt: skip
         app.state.orchestrator = Orchestrator(
-            router, store, runs, sealer, urls, app.state.vector_stores, attachments, settings.summarizer_model
+            router, store, runs, sealer, urls, app.state.vector_stores, attachments, settings.summarizer_model, web
         )
         await runs.start()
         try:  # a model that fails to load still closes what was opened, so the process ends
@@ -90,6 +100,8 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             await runs.stop(settings.shutdown_timeout)
+            if web is not None:
+                await web.aclose()
             await router.aclose()
             await app.state.vector_stores.close()
             await store.close()
@@ -99,6 +111,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     metrics = app.state.metrics = Metrics(router.serves) if settings.metrics else None
     app.state.router = router
+    app.state.web_search, app.state.web_search_off = None, None
     app.state.recorder = recorder
     app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
     # Routers are tried in order, each route's pattern in turn: the generation routes come early

@@ -288,6 +288,14 @@ class Settings(BaseSettings):
     """The model asked of `embedding_url` (a vector store's chunks and queries must use one model)."""
     embedding_api_key: str | None = None
     """Sent as `Authorization: Bearer …` to `embedding_url`."""
+    web_search_provider: Literal["searxng", "brave", "tavily", "exa"] | None = None
+    """The search engine the hosted `web_search` tools use (docs/web-search.md); unset: they are dropped."""
+    web_search_url: str | None = None
+    """The engine's base URL (required for SearXNG; default: the vendor's API for the others)."""
+    web_search_api_key: str | None = None
+    """The key of Brave, Tavily or Exa (SearXNG needs none)."""
+    web_search_max_results: int = Field(default=5, ge=1, le=20)
+    """Results of one search the model reads at `search_context_size: medium` (half at low, twice at high)."""
 
     @field_validator("upstreams", mode="before")
     @classmethod

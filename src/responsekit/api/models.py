@@ -32,4 +32,8 @@ def anthropic_models(models: list[dict[str, Any]]) -> dict[str, Any]:
 
 @health.get("/health")
 async def check_health(request: Request) -> dict[str, Any]:
-    return request.app.state.router.health()
+    """The engines' state, and whether web search tools are served (and with what, or why not)."""
+    body: dict[str, Any] = request.app.state.router.health()
+    web = request.app.state.web_search
+    body["web_search"] = web.health() if web is not None else {"provider": None, "problem": request.app.state.web_search_off}
+    return body

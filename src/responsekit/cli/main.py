@@ -97,6 +97,20 @@ def serve(
     hf_file: Annotated[
         str | None, typer.Option("--hf-file", help="The GGUF file of --hf-repo to download and run.", show_default=False)
     ] = None,
+    web_search_provider: Annotated[
+        str | None,
+        typer.Option(help="The search engine of the web_search tools: searxng, brave, tavily or exa.", show_default=False),
+    ] = None,
+    web_search_url: Annotated[
+        str | None,
+        typer.Option(help="The search engine's base URL (required for searxng; default: the vendor's API).", show_default=False),
+    ] = None,
+    web_search_api_key: Annotated[
+        str | None, typer.Option(help="The search engine's API key (brave, tavily, exa).", show_default=False)
+    ] = None,
+    web_search_max_results: Annotated[
+        int | None, typer.Option(help="Results per web search the model reads (default: 5).", show_default=False)
+    ] = None,
     chat_template: Annotated[
         Path | None,
         typer.Option("--chat-template", help="For --model/--hf-repo: a Jinja file or tokenizer_config.json overriding the GGUF's template (or the built-in one chosen when the GGUF has none).", show_default=False),
@@ -128,6 +142,10 @@ def serve(
             log_level=log_level,
             log_format=log_format,
             models=local,
+            web_search_provider=web_search_provider,
+            web_search_url=web_search_url,
+            web_search_api_key=web_search_api_key,
+            web_search_max_results=web_search_max_results,
         )
     except (ValidationError, ValueError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from None

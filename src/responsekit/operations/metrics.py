@@ -92,6 +92,10 @@ class Metrics:
                                      registry=registry)  # fmt: skip
         self.store = Histogram("responsekit_store_seconds", "Store operations: transactions, writes and queries.",
                                ["operation"], buckets=STORE_BUCKETS, registry=registry)  # fmt: skip
+        self.web = Counter("responsekit_web_operations", "Web searches and page fetches of the web_search tools, by "
+                           "provider and outcome (ok, timeout, unreachable, unauthorized, rate_limited, server_error, "
+                           "bad_answer; for fetches refused, too_large, unsupported, http_error).",
+                           ["operation", "provider", "outcome"], registry=registry)  # fmt: skip
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def child(self, metric: Any, *labels: str) -> Any:
@@ -101,6 +105,10 @@ class Metrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def web_operation(self, operation: str, provider: str, outcome: str) -> None:
+        """One web search or page fetch (`tools/web/`) and how it ended."""
+        self.child(self.web, operation, provider, outcome).inc()
 
     def observation(self, route: str, stream: bool) -> Observation:
         """A generation request that arrived now on `route` (a template such as `/v1/responses`)."""

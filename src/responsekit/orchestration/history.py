@@ -16,6 +16,8 @@ from ..canonical.conversation import FilePart, ImagePart, Message, Part, TextPar
 from ..canonical.ids import new_id
 from ..tools.file_search import format_results
 from ..tools.names import CUSTOM_INPUT, ToolSet
+from ..tools.web.tool import NAMESPACE as WEB
+from ..tools.web.tool import call_of
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,27 @@ class _HistoryBuilder:
         turn.tool_calls.append(ToolCall(call_id, self.toolset.model_name("file_search"), arguments))
         results = item.get("results")
         text = format_results(results) if results else "The results of this search were not kept."
+        self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
+
+    def _web_search_call(self, item: dict[str, Any]) -> None:
+        """A web search that ran (here, or on OpenAI's servers for a thread begun there): the model
+        sees the call and what it found, as far as the item keeps it (its sources, when included)."""
+        call_id = str(item.get("id") or new_id("call"))
+        action = item.get("action") if isinstance(item.get("action"), dict) else {}
+        function, arguments = call_of(action)
+        name = self.toolset.model_name(function, WEB)
+        if name not in self.toolset.origins and function not in self.toolset.origins:
+            name = function  # web search is not offered now: the call keeps its plain name
+        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(call_id, name, arguments))
+        sources = [s.get("url") for s in action.get("sources") or () if isinstance(s, dict) and s.get("url")]
+        if item.get("status") == "failed":
+            text = "This web search failed."
+        elif sources:
+            text = "Sources found:\n" + "\n".join(f"- {url}" for url in sources)
+        elif action.get("type") in ("open_page", "find_in_page"):
+            text = f"The page {action.get('url') or ''} was read; its text was not kept."
+        else:
+            text = "The results of this search were not kept."
         self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
 
     def _mcp_list_tools(self, item: dict[str, Any]) -> None:

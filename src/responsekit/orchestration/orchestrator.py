@@ -19,18 +19,13 @@ from typing import Any
 
 from ..backends import Backend
 from ..backends.router import ModelRouter
-from ..canonical.conversation import GenerationRequest, Message, TextPart, ToolCall
+from ..canonical.conversation import GenerationRequest, Message, NamedToolChoice
 from ..canonical.errors import APIError
 from ..canonical.events import (
     Error,
     Event,
-    Finish,
     ReasoningDelta,
     ReasoningSummaryDelta,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    ToolResult,
     Usage,
 )
 from ..canonical.ids import new_id
@@ -44,6 +39,9 @@ from ..tools.file_search import add_file_search
 from ..tools.mcp import McpServer, add_mcp_servers
 from ..tools.names import ToolSet
 from ..tools.outbound import UrlPolicy
+from ..tools.web import WebSearch
+from ..tools.web.tool import NAMESPACE as WEB
+from ..tools.web.tool import SEARCH, add_web_search
 from .assist import compaction_summary, summarize_reasoning
 from .attachments import Attachments
 from .flights import Flights
@@ -53,6 +51,7 @@ from .rendering import rendered
 from .runs import TERMINAL, ResponseRendering, Run, Runs
 from .sealing import Sealer
 from .timeline import Timeline
+from .tool_loop import with_server_tools
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +81,10 @@ class ResponseRequest:
     mcp: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     """The `mcp` tools to serve, each with its position among the request's tools."""
     file_search: tuple[int, dict[str, Any]] | None = None
+    web_search: tuple[int, dict[str, Any]] | None = None
+    """The `web_search` tool to serve (only when the server has a search engine)."""
+    force_web_search: bool = False
+    """`tool_choice: {"type": "web_search"}`: the first generation must search."""
     max_tool_calls: int | None = None
     truncation: bool = False
     """Retry without the oldest turn when the context overflows (`truncation: auto`)."""
@@ -154,6 +157,7 @@ class Orchestrator:
         vector_stores: VectorStores,
         attachments: Attachments,
         summarizer_model: str | None = None,
+        web: WebSearch | None = None,
     ) -> None:
         self.router = router
         self.store = store
@@ -163,6 +167,8 @@ class Orchestrator:
         self.vector_stores = vector_stores
         self.attachments = attachments
         self.summarizer_model = summarizer_model
+        self.web = web
+        """The search engine web search tools use; None: they are dropped (docs/web-search.md)."""
         self.flights = Flights()
 
     async def prepare(self, request: ResponseRequest, owner: str, cache: History | None = None) -> Prepared:
@@ -179,6 +185,8 @@ class Orchestrator:
         if request.file_search:
             position, spec = request.file_search
             await add_file_search(server_tools, spec, position, owner, self.vector_stores)
+        if request.web_search and self.web is not None:
+            add_web_search(server_tools, request.web_search[1], self.web)
         items = await _answer_approvals(history + inputs, servers, server_tools)
         toolset = request.toolset
         toolset.add(server_tools.functions)
@@ -189,6 +197,8 @@ class Orchestrator:
             messages=self._messages(request, toolset, items),
             tools=tools,
             parallel_tool_calls=request.generation.parallel_tool_calls if tools else None,
+            tool_choice=NamedToolChoice(toolset.model_name(SEARCH, WEB)) if request.force_web_search and
+            request.web_search and self.web is not None else request.generation.tool_choice,
             affinity_key=_affinity_key(request, history, inputs),
         )
         generation = await self.attachments.prepare(upstream, generation, owner)
@@ -315,62 +325,11 @@ class Orchestrator:
             attributes["gen_ai.conversation.id"] = prepared.request.conversation_id
         return tracing.orchestrate(self._canonical(prepared), attributes)
 
-    async def _canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
-        """Generations, with server-run tools in between.
-
-        When the model calls a tool this server runs (file_search, MCP), the call is run,
-        its result goes to the renderer and, with the call, back to the model in a next
-        generation — until the model answers, calls a client tool, or `max_tool_calls`
-        calls have run (then the model must answer without tools).
-        """
-        generation, calls_run = prepared.generation, 0
-        while True:
-            server_calls: dict[int, tuple[ToolCallStart, list[str]]] = {}
-            client_call = failed = False
-            text: list[str] = []
-            reasoning: list[str] = []
-            finish: Finish | None = None
-            async with aclosing(self._generation(prepared, generation)) as events:
-                async for event in events:
-                    if isinstance(event, ToolCallStart):
-                        if prepared.toolset.origin(event.name).server_side:
-                            server_calls[event.index] = (event, [])
-                        else:
-                            client_call = True
-                    elif isinstance(event, ToolCallDelta) and event.index in server_calls:
-                        server_calls[event.index][1].append(event.arguments)
-                    elif isinstance(event, TextDelta):
-                        text.append(event.text)
-                    elif isinstance(event, ReasoningDelta):
-                        reasoning.append(event.text)
-                    elif isinstance(event, Error):
-                        failed = True
-                    elif isinstance(event, Finish) and server_calls:
-                        finish = event
-                        continue  # the response goes on after the tools ran
-                    yield event
-            if failed or finish is None:
-                return
-            calls, answers = [], []
-            for index, (start, parts) in server_calls.items():
-                arguments = "".join(parts) or "{}"
-                outcome = await prepared.server_tools.run(prepared.toolset.origin(start.name), arguments)
-                calls_run += 1
-                yield ToolResult(index, outcome.output, outcome.error, outcome.data)
-                calls.append(ToolCall(start.id, start.name, arguments))
-                result = f"Error: {outcome.error}" if outcome.error else outcome.output
-                answers.append(Message("tool", [TextPart(result)], tool_call_id=start.id))
-            if client_call or finish.reason == "length":
-                yield Finish("tool_calls" if client_call else finish.reason)
-                return
-            assistant = Message("assistant", [TextPart("".join(text))] if text else [], "".join(reasoning) or None, calls)
-            limit = prepared.request.max_tool_calls
-            exhausted = limit is not None and calls_run >= limit
-            generation = replace(
-                generation,
-                messages=[*generation.messages, assistant, *answers],
-                tool_choice="none" if exhausted else "auto",
-            )
+    def _canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """Generations, with server-run tools in between (`tool_loop.py`)."""
+        return with_server_tools(prepared.generation, prepared.toolset, prepared.server_tools,
+                                 lambda generation: self._generation(prepared, generation),
+                                 prepared.request.max_tool_calls)  # fmt: skip
 
     def _generation(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
         """One generation's events through the stages the request asks for."""

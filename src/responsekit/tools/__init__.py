@@ -1,4 +1,4 @@
-"""Tools the server runs itself inside a response: file_search and remote MCP servers.
+"""Tools the server runs itself inside a response: file_search, web search and remote MCP servers.
 
 The model sees them as functions; when it calls one, the orchestrator runs it and feeds
 the result back until the model answers. Each request's server tools are prepared once

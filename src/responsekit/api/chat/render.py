@@ -1,11 +1,13 @@
 """Canonical events -> `chat.completion.chunk`s, and the `chat.completion` they fold into.
 
 Whatever the engine said, reasoning comes out as `reasoning_content` and tool calls as
-OpenAI's indexed `tool_calls` deltas.
+OpenAI's indexed `tool_calls` deltas. Calls of the tools the server runs (`web_search_options`)
+stay out of the client's view; the `[n]` the answer cites become `url_citation` annotations.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -20,13 +22,15 @@ from ...canonical.events import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    ToolResult,
     Usage,
 )
 from ...canonical.ids import new_id
 
 
 class ChatRenderer:
-    def __init__(self, model: str, *, include_usage: bool) -> None:
+    def __init__(self, model: str, *, include_usage: bool, server_tools: frozenset[str] = frozenset()) -> None:
+        """`server_tools`: the model-facing names of the tools the server runs itself."""
         self.id = new_id("chatcmpl")
         self.created = int(time.time())
         self.model = model
@@ -40,6 +44,10 @@ class ChatRenderer:
         self._calls: dict[int, dict[str, Any]] = {}
         self._arguments: dict[int, list[str]] = {}
         self._usage: Usage | None = None
+        self._server_tools = server_tools
+        self._hidden: set[int] = set()
+        """Server-run calls of the current generation (not the client's)."""
+        self._citations: dict[int, dict[str, Any]] = {}
 
     def start(self) -> list[dict[str, Any]]:
         return [self._chunk({"role": "assistant", "content": ""})]
@@ -53,6 +61,13 @@ class ChatRenderer:
             return [self._chunk({"reasoning_content": event.text})]
         if isinstance(event, ToolCallDelta):
             return self._arguments_delta(event.index, event.arguments) if event.index in self._calls else []
+        if isinstance(event, ToolCallStart) and event.name in self._server_tools:
+            self._hidden.add(event.index)
+            return []
+        if isinstance(event, ToolResult):
+            self._hidden.discard(event.index)
+            self._citations.update((event.data or {}).get("citations") or {})
+            return []
         if isinstance(event, ToolCallStart):
             position = len(self._calls)
             self._calls[event.index] = {"id": event.id, "type": "function", "function": {"name": event.name}}
@@ -61,13 +76,17 @@ class ChatRenderer:
                     "function": {"name": event.name, "arguments": ""}}  # fmt: skip
             return [self._chunk({"tool_calls": [call]})]
         if isinstance(event, ToolCallEnd):
+            if event.index not in self._calls:
+                return []
             # A call without arguments: OpenAI sends "{}", and deltas must join to it.
             return self._arguments_delta(event.index, "{}") if not self._arguments.get(event.index) else []
         if isinstance(event, RefusalDelta):
             self._refusal.append(event.text)
             return [self._chunk({"refusal": event.text})]
-        if isinstance(event, Usage):
-            self._usage = event
+        if isinstance(event, Usage):  # one per generation: several when server-run tools ran between
+            self._usage = event if self._usage is None else Usage(
+                self._usage.input_tokens + event.input_tokens, self._usage.output_tokens + event.output_tokens,
+                self._usage.cached_tokens + event.cached_tokens, self._usage.reasoning_tokens + event.reasoning_tokens)
             return []
         if isinstance(event, Finish):
             return self._finish(event)
@@ -85,7 +104,11 @@ class ChatRenderer:
     def _finish(self, event: Finish) -> list[dict[str, Any]]:
         self.finished = True
         reason = event.reason
-        out = [self._chunk({}, finish_reason=reason)]
+        annotations = _annotations("".join(self._content), self._citations) if self._citations else []
+        # The SDK's ChoiceDelta has no `annotations`; OpenAI's search models send them in a delta
+        # all the same, and clients that know them read them there.
+        out = [self._chunk({"annotations": annotations})] if annotations else []
+        out.append(self._chunk({}, finish_reason=reason))
         usage = _usage(self._usage)
         if self.include_usage:
             out.append({**self._chunk({}), "choices": [], "usage": usage})
@@ -94,6 +117,8 @@ class ChatRenderer:
             "content": "".join(self._content) or None,
             "refusal": "".join(self._refusal) or None,
         }
+        if annotations:
+            message["annotations"] = annotations
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
         if self._calls:
@@ -125,6 +150,20 @@ class ChatRenderer:
             "model": self.model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
         }
+
+
+_CITATION = re.compile(r"\[(\d{1,4})\]")
+
+
+def _annotations(text: str, citations: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each `[n]` in `text` naming a web result, as Chat Completions' `url_citation`."""
+    out = []
+    for match in _CITATION.finditer(text):
+        source = citations.get(int(match.group(1)))
+        if source is not None and "url" in source:
+            out.append({"type": "url_citation", "url_citation": {"start_index": match.start(), "end_index": match.end(),
+                                                                 "title": source["title"], "url": source["url"]}})  # fmt: skip
+    return out
 
 
 def _usage(usage: Usage | None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ...canonical.conversation import (
 )
 from ...canonical.errors import APIError
 from ...canonical.ids import new_id
+from ...tools.web.tool import check_spec
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,23 @@ class CreateChatCompletion(BaseModel):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    """Search the web before answering (`search_context_size`, `user_location`): the server's
+    web search, when it has one (docs/web-search.md)."""
+
+    def web_search_spec(self) -> dict[str, Any] | None:
+        """`web_search_options` as a Responses web_search tool, or None without them (400 when malformed)."""
+        options = self.web_search_options
+        if options is None:
+            return None
+        location = options.get("user_location")
+        if location is not None and not isinstance(location, dict):
+            raise APIError(400, "`user_location` must be an object.", param="web_search_options.user_location",
+                           code="invalid_value")  # fmt: skip
+        spec = {"type": "web_search", "search_context_size": options.get("search_context_size"),
+                "user_location": (location or {}).get("approximate")}  # fmt: skip
+        check_spec(spec, "web_search_options")
+        return spec
 
 
 def translate(body: CreateChatCompletion) -> GenerationRequest:

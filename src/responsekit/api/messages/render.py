@@ -13,12 +13,18 @@ is left out — gives the model its reasoning again.
 
 Stop sequences are found here rather than by the engine, so the answer can say which one
 stopped it (`stop_sequence`); the engine's generation is closed once one is found.
+
+A web search the server runs (the `web_search_*` server tool, docs/web-search.md) is a
+`server_tool_use` block, its results a `web_search_tool_result` block (each result's text sealed
+into its `encrypted_content`, so a replayed turn gives it to the model again), and the `[n]` the
+answer cites become `web_search_result_location` citations of its text block (`citations_delta`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -32,12 +38,17 @@ from ...canonical.events import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    ToolResult,
     Usage,
 )
 from ...canonical.ids import new_id
 from ...prompting.stop_texts import StopTexts
 
 log = logging.getLogger(__name__)
+
+_CITATION = re.compile(r"\[(\d{1,4})\]")
+SEARCH_ERRORS = {"rate_limited": "too_many_requests", "budget": "max_uses_exceeded"}
+"""Why a search failed (`SearchError.outcome`) -> Anthropic's `error_code` (else `unavailable`)."""
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 
@@ -71,7 +82,11 @@ class MessagesRenderer:
         seal: Callable[[str], str],
         show_thinking: bool = True,
         stop_sequences: list[str] | None = None,
+        server_tools: frozenset[str] = frozenset(),
+        seal_result: Callable[[str], str] | None = None,
     ) -> None:
+        """`server_tools`: the model-facing names of the web functions the server runs;
+        `seal_result` seals a search result's text into its `encrypted_content`."""
         self.id = new_id("msg")
         self.model = model
         self.finished = False
@@ -91,6 +106,12 @@ class MessagesRenderer:
         self._arguments: list[str] = []
         self._usage: Usage | None = None
         self._output_chars = 0
+        self._server_tools = server_tools
+        self._seal_result = seal_result or (lambda text: text)
+        self._server_calls: dict[int, str] = {}
+        """Canonical index of a web call of the current generation -> its block's id."""
+        self._citations: dict[int, dict[str, Any]] = {}
+        self._searches = 0
         self._broken: Error | None = None
         """Set when a call's arguments are not a JSON object: a `tool_use` block cannot hold them,
         so the answer fails, as a Responses answer does."""
@@ -113,13 +134,21 @@ class MessagesRenderer:
             out = self._flush_text() + self._close()
             self._open_call = event.index
             self._arguments = []
+            if event.name in self._server_tools:
+                block_id = self._server_calls[event.index] = new_id("srvtoolu")
+                return out + self._open_block("server_tool_use", {"type": "server_tool_use", "id": block_id,
+                                                                  "name": "web_search", "input": {}})  # fmt: skip
             return out + self._open_block("tool_use", {"type": "tool_use", "id": event.id, "name": event.name,
                                                        "input": {}})  # fmt: skip
+        if isinstance(event, ToolResult):
+            return self._search_result(event)
         if isinstance(event, ToolCallEnd):
             out = self._close() if self._open_call == event.index else []
             return out + self._fail(self._broken) if self._broken is not None else out
-        if isinstance(event, Usage):
-            self._usage = event
+        if isinstance(event, Usage):  # one per generation: several when the server searched between
+            self._usage = event if self._usage is None else Usage(
+                self._usage.input_tokens + event.input_tokens, self._usage.output_tokens + event.output_tokens,
+                self._usage.cached_tokens + event.cached_tokens, self._usage.reasoning_tokens + event.reasoning_tokens)
             return []
         if isinstance(event, Finish):
             return self._finish(STOP_REASONS.get(event.reason, "end_turn"), None)
@@ -155,7 +184,8 @@ class MessagesRenderer:
                         "delta": {"type": "signature_delta", "signature": block["signature"]}})  # fmt: skip
         elif self._open == "text":
             block["text"] = "".join(self._text_parts)
-        elif self._open == "tool_use":
+            out += self._cite(index, block)
+        elif self._open in ("tool_use", "server_tool_use"):
             arguments = _input(self._arguments)
             if arguments is None:
                 self._broken = Error("server_error", f"The model called `{block['name']}` with arguments that are "
@@ -165,6 +195,42 @@ class MessagesRenderer:
         self._open = None
         out.append({"type": "content_block_stop", "index": index})
         return out
+
+    def _search_result(self, result: ToolResult) -> list[dict[str, Any]]:
+        """The `web_search_tool_result` block of a search the server ran (whole, at its start)."""
+        block_id = self._server_calls.pop(result.index, None)
+        if block_id is None:
+            return []
+        out = self._flush_text() + self._close()
+        data = result.data or {}
+        self._searches += 1
+        self._citations.update(data.get("citations") or {})
+        content: Any
+        if result.error:
+            code = SEARCH_ERRORS.get(str(data.get("outcome")), "unavailable")
+            content = {"type": "web_search_tool_result_error", "error_code": code}
+        else:
+            content = [{"type": "web_search_result", "url": hit["url"], "title": hit["title"], "page_age": None,
+                        "encrypted_content": self._seal_result(hit["text"])} for hit in data.get("results") or ()]  # fmt: skip
+        out += self._open_block("web_search_tool_result", {"type": "web_search_tool_result", "tool_use_id": block_id,
+                                                           "content": content})  # fmt: skip
+        return out + self._close()
+
+    def _cite(self, index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
+        """`[n]` naming a search result, as a citation of the text block (`citations_delta`)."""
+        if not self._citations:
+            return []
+        citations = []
+        for match in _CITATION.finditer(block["text"]):
+            source = self._citations.get(int(match.group(1)))
+            if source is not None:
+                citations.append({"type": "web_search_result_location", "url": source["url"], "title": source["title"],
+                                  "cited_text": source.get("text") or "",
+                                  "encrypted_index": self._seal_result(match.group(1))})  # fmt: skip
+        if citations:
+            block["citations"] = citations
+        return [{"type": "content_block_delta", "index": index, "delta": {"type": "citations_delta", "citation": c}}
+                for c in citations]  # fmt: skip
 
     def _reasoning(self, text: str) -> list[dict[str, Any]]:
         if not text:
@@ -243,8 +309,11 @@ class MessagesRenderer:
             return {"input_tokens": self._input_tokens, "cache_creation_input_tokens": 0,
                     "cache_read_input_tokens": 0, "output_tokens": max(1, self._output_chars // 4)}  # fmt: skip
         cached = min(self._usage.cached_tokens, self._usage.input_tokens)
-        return {"input_tokens": self._usage.input_tokens - cached, "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": cached, "output_tokens": self._usage.output_tokens}  # fmt: skip
+        usage: dict[str, Any] = {"input_tokens": self._usage.input_tokens - cached, "cache_creation_input_tokens": 0,
+                                 "cache_read_input_tokens": cached, "output_tokens": self._usage.output_tokens}  # fmt: skip
+        if self._searches:
+            usage["server_tool_use"] = {"web_search_requests": self._searches, "web_fetch_requests": 0}
+        return usage
 
 
 def _input(arguments: list[str]) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from ...canonical.conversation import (
 from ...canonical.errors import APIError
 from ...files.extract import ExtractionError, extract_text
 from ...orchestration.sealing import Sealer
+from ...tools.web.tool import SEARCH, check_spec
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class Translation:
     """False for `thinking.display = "omitted"`: thinking blocks carry only their signature."""
     stop_sequences: list[str]
     """Applied by the renderer, which can then say which one stopped the answer."""
+    web_search: dict[str, Any] | None = None
+    """The request's `web_search_*` server tool as a Responses web_search tool (search only:
+    Anthropic's search reads no page), with its `max_uses`; run when the server has a search engine."""
 
 
 _warned: set[str] = set()
@@ -87,8 +91,10 @@ def _warn_once(message: str) -> None:
         log.warning("%s", message)
 
 
-def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool = True) -> Translation:
-    tools = _tools(body.tools or [])
+def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool = True,
+              web_search: bool = False) -> Translation:  # fmt: skip
+    """`web_search`: whether the server has a search engine to run `web_search_*` server tools with."""
+    tools, web = _tools(body.tools or [], web_search)
     system = _system(body.system)
     messages: list[Message] = []
     for position, message in enumerate(body.messages):
@@ -105,7 +111,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         raise APIError(400, "No usable message in `messages`.", param="messages", code="invalid_value")
     if body.context_management:
         _warn_once("context_management is accepted and ignored: the history is sent to the engine as given")
-    choice, parallel = _tool_choice(body.tool_choice, tools)
+    choice, parallel = _tool_choice(body.tool_choice, tools, web)
     effort, show = _thinking(body.thinking, body.output_config)
     generation = GenerationRequest(model=body.model, messages=messages, tools=tools, tool_choice=choice,
                                    parallel_tool_calls=parallel, reasoning_effort=effort)  # fmt: skip
@@ -118,7 +124,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         user_id = (body.metadata or {}).get("user_id")
         if isinstance(user_id, str) and user_id:  # Claude Code's user_id names its session
             generation.affinity_key = f"user_id:{user_id}"
-    return Translation(generation, show, stops)
+    return Translation(generation, show, stops, web)
 
 
 def _without_billing_header(text: str) -> str:
@@ -144,14 +150,19 @@ def _system(system: str | list[Any] | None) -> list[str]:
     return texts
 
 
-def _tools(tools: list[Any]) -> list[FunctionTool]:
-    """Client tools as functions. Server tools (`web_search_*`, `code_execution_*`, Anthropic-defined
+def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict[str, Any] | None]:
+    """Client tools as functions, and the web search server tool when the server runs it
+    (docs/web-search.md). Other server tools (`code_execution_*`, `web_fetch_*`, Anthropic-defined
     `bash_*`/`text_editor_*`…) have no schema here and nobody to run them: left out with a warning.
     `defer_loading` tools are offered plainly, like the others (no tool search is run here)."""
     functions = []
+    web: dict[str, Any] | None = None
     for position, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise APIError(400, "Each tool must be an object.", param=f"tools.{position}", code="invalid_value")
+        if str(tool.get("type") or "").startswith("web_search_") and web_search and web is None:
+            web = _web_search(tool, f"tools.{position}")
+            continue
         if tool.get("type") not in (None, "custom"):
             log.warning("leaving out server tool %r (%s): this server does not run it", tool.get("name"), tool["type"])
             continue
@@ -163,10 +174,29 @@ def _tools(tools: list[Any]) -> list[FunctionTool]:
         strict = tool.get("strict")
         functions.append(FunctionTool(name, description if isinstance(description, str) else None, schema,
                                       strict if isinstance(strict, bool) else None))  # fmt: skip
-    return functions
+    return functions, web
 
 
-def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool]) -> tuple[ToolChoice, bool | None]:
+def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
+    """Anthropic's web search tool as a Responses web_search tool the server runs (search only)."""
+    filters = {key: tool[key] for key in ("allowed_domains", "blocked_domains") if tool.get(key) is not None}
+    spec = {"type": "web_search", "external_web_access": False, "filters": filters or None,
+            "user_location": tool.get("user_location"), "name": tool.get("name") or "web_search"}  # fmt: skip
+    blocked = filters.get("blocked_domains")
+    if blocked is not None and not (isinstance(blocked, list) and all(isinstance(d, str) for d in blocked)):
+        raise APIError(400, "`blocked_domains` must be a list of domain names.", param=f"{param}.blocked_domains",
+                       code="invalid_value")  # fmt: skip
+    check_spec(spec, param)
+    uses = tool.get("max_uses")
+    if uses is not None and (not isinstance(uses, int) or isinstance(uses, bool) or uses < 1):
+        raise APIError(400, "`max_uses` must be a positive integer.", param=f"{param}.max_uses", code="invalid_value")
+    return {**spec, "max_uses": uses}
+
+
+def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool],
+                 web: dict[str, Any] | None = None) -> tuple[ToolChoice, bool | None]:  # fmt: skip
+    """`web`: the web search server tool the server runs; naming it forces a search (Claude
+    Code's WebSearch tool asks so), which `routes.py` points at the search function's name."""
     if choice is None:
         return "auto", None
     kind = choice.get("type")
@@ -181,6 +211,8 @@ def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool]) -> tu
         name = choice.get("name")
         if any(tool.name == name for tool in tools):
             return NamedToolChoice(str(name)), parallel
+        if web is not None and name == web.get("name"):
+            return NamedToolChoice(SEARCH), parallel
         raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice",
                        code="invalid_value")  # fmt: skip
     raise APIError(400, f"Invalid tool_choice type: {kind!r}.", param="tool_choice", code="invalid_value")
@@ -235,7 +267,7 @@ def _message(message: Any, sealer: Sealer, system: list[str]) -> list[Message] |
     if role == "user":
         return _user(content)
     if role == "assistant":
-        return [_assistant(content, sealer)]
+        return _assistant(content, sealer)
     return None
 
 
@@ -270,13 +302,28 @@ def _tool_result(block: dict[str, Any]) -> Message | None:
     return Message("tool", parts, tool_call_id=call_id)
 
 
-def _assistant(blocks: list[Any], sealer: Sealer) -> Message:
+def _assistant(blocks: list[Any], sealer: Sealer) -> list[Message]:
+    """An assistant turn; a web search the server ran in it (`server_tool_use`, then its
+    `web_search_tool_result`) splits it: the call ends one assistant message, its result follows
+    as a tool message, and what the model wrote after it is the next assistant message."""
+    out: list[Message] = []
     parts: list[Part] = []
     reasoning: list[str] = []
     calls: list[ToolCall] = []
+    searches: dict[str, ToolCall] = {}
+    """Web searches of the turn waiting for their result block (one without is left out)."""
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and isinstance(block.get("text"), str):
+        if kind == "server_tool_use" and block.get("name") == "web_search" and isinstance(block.get("id"), str):
+            query = (block.get("input") or {}).get("query") if isinstance(block.get("input"), dict) else None
+            searches[block["id"]] = ToolCall(block["id"], SEARCH, json.dumps({"query": str(query or "")}, ensure_ascii=False))
+        elif kind == "web_search_tool_result" and block.get("tool_use_id") in searches:
+            calls.append(searches.pop(block["tool_use_id"]))
+            out.append(Message("assistant", parts, "".join(reasoning) or None, calls))
+            out.append(Message("tool", [TextPart(_search_results(block.get("content"), sealer))],
+                               tool_call_id=block["tool_use_id"]))  # fmt: skip
+            parts, reasoning, calls = [], [], []
+        elif kind == "text" and isinstance(block.get("text"), str):
             parts.append(TextPart(block["text"]))
         elif kind in ("thinking", "redacted_thinking"):
             # The signature (`data` of a redacted block) holds the text sealed: with display
@@ -293,7 +340,27 @@ def _assistant(blocks: list[Any], sealer: Sealer) -> Message:
                                   arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)))  # fmt: skip
         else:
             log.warning("skipping an assistant block of type %r", kind)
-    return Message("assistant", parts, "".join(reasoning) or None, calls)
+    for call_id in searches:
+        log.warning("skipping web search %s: the turn holds no result of it", call_id)
+    if parts or reasoning or calls or not out:
+        out.append(Message("assistant", parts, "".join(reasoning) or None, calls))
+    return out
+
+
+def _search_results(content: Any, sealer: Sealer) -> str:
+    """A replayed web search's results as the model read them: each result's text is in its
+    `encrypted_content`, sealed by this server (`api/messages/render.py`); a foreign one gives
+    its title and URL only."""
+    if isinstance(content, dict):
+        return f"Error: the web search failed ({content.get('error_code', 'unavailable')})."
+    blocks = []
+    for position, result in enumerate(content if isinstance(content, list) else (), start=1):
+        if not isinstance(result, dict):
+            continue
+        sealed = result.get("encrypted_content")
+        text = sealer.open("web_search", sealed) if isinstance(sealed, str) and sealed else None
+        blocks.append(f"[{position}] {result.get('title') or ''}\nURL: {result.get('url') or ''}" + (f"\n{text}" if text else ""))
+    return "\n\n".join(blocks) or "No results."
 
 
 def _parts(blocks: Any, where: str) -> list[Part]:

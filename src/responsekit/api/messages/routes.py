@@ -17,9 +17,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...backends import Backend
-from ...canonical.conversation import GenerationRequest
+from ...canonical.conversation import GenerationRequest, NamedToolChoice
 from ...canonical.sse import sse_event
 from ...orchestration.rendering import drain, rendered
+from ...orchestration.tool_loop import with_server_tools
+from ...tools import ServerTools
+from ...tools.names import ToolOrigin, ToolSet
+from ...tools.web.tool import NAMESPACE as WEB
+from ...tools.web.tool import SEARCH, add_web_search
 from ..auth import authorize
 from ..http import JSONResponse, error_envelope, read_body
 from ..metrics import observation
@@ -51,18 +56,34 @@ async def create_message(request: Request) -> Response:
     observed = observation(request, "/v1/messages", body.stream)
     state = request.app.state
     sealer = state.orchestrator.sealer
-    translation = translate(body, sealer, strip_billing_header=state.settings.strip_billing_header)
+    web = state.web_search
+    translation = translate(body, sealer, strip_billing_header=state.settings.strip_billing_header,
+                            web_search=web is not None)  # fmt: skip
     generation = translation.generation
+    toolset, server_tools = ToolSet(), ServerTools()
+    if translation.web_search is not None:
+        toolset.add([(ToolOrigin("function", tool.name), tool) for tool in generation.tools])
+        add_web_search(server_tools, translation.web_search, web)
+        toolset.add(server_tools.functions)
+        generation.tools = toolset.offered()
+        if generation.tool_choice == NamedToolChoice(SEARCH):  # a search forced: by the name the model knows
+            generation.tool_choice = NamedToolChoice(toolset.model_name(SEARCH, WEB))
     upstream, generation.model = await state.router.resolve(body.model)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
     generation = await state.attachments.prepare(upstream, generation)
     input_tokens, clamped = await _input_tokens(upstream, generation)
+    served = frozenset(name for name, origin in toolset.origins.items() if origin.server_side)
     renderer = MessagesRenderer(body.model, input_tokens=input_tokens, seal=lambda text: sealer.seal("reasoning", text),
-                                show_thinking=translation.show_thinking,
-                                stop_sequences=translation.stop_sequences)  # fmt: skip
+                                show_thinking=translation.show_thinking, stop_sequences=translation.stop_sequences,
+                                server_tools=served, seal_result=lambda text: sealer.seal("web_search", text))  # fmt: skip
     headers = {CLAMPED_HEADER: str(clamped)} if clamped is not None else {}
-    events = state.attachments.generate(upstream, generation, renderer.id)
+    if translation.web_search is None:
+        events = state.attachments.generate(upstream, generation, renderer.id)
+    else:  # the loop of server-run tools (orchestration/tool_loop.py), bounded by the tool's `max_uses`
+        events = with_server_tools(generation, toolset, server_tools,
+                                   lambda turn: state.attachments.generate(upstream, turn, renderer.id),
+                                   translation.web_search.get("max_uses"))  # fmt: skip
     if body.stream:
         return event_stream(_frames(rendered(renderer, events, observed)), heartbeat=PING, headers=headers)
     await unless_disconnected(request, drain(renderer, events, observed))

@@ -34,6 +34,7 @@ from ...canonical.events import (
 )
 from ...canonical.ids import new_id
 from ...tools.names import CUSTOM_INPUT, ToolSet
+from ...tools.web.tool import action_of
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +76,12 @@ class _Call:
     item: dict[str, Any]
     output_index: int
     kind: str
-    """`function`, `custom`, `file_search`, `mcp` or `mcp_approval`."""
+    """`function`, `custom`, `file_search`, `web_search`, `mcp` or `mcp_approval`."""
     buffer: list[str] = field(default_factory=list)
     streamed_input: str = ""
     """For custom tools: the part of the `input` string already sent as deltas."""
+    function: str = ""
+    """The tool's own name (a web call's says which action it is)."""
 
 
 class ResponseRenderer:
@@ -89,13 +92,16 @@ class ResponseRenderer:
         first_sequence: int = 0,
         seal: Callable[[str], str] | None = None,
         search_results: bool = False,
+        web_sources: bool = False,
     ) -> None:
         """`seal`, when given, seals each reasoning text into its item's `encrypted_content`;
-        `search_results` puts file_search results in their items (`include`)."""
+        `search_results` puts file_search results in their items, `web_sources` a web search's
+        sources in its action (`include`)."""
         self.response = response
         self._toolset = toolset
         self._seal = seal
         self._search_results = search_results
+        self._web_sources = web_sources
         self._waiting: dict[int, _Call] = {}
         """Server-run calls whose arguments are complete, waiting for their result."""
         self._citations: dict[int, dict[str, Any]] = {}
@@ -225,7 +231,8 @@ class ResponseRenderer:
             ))
 
     def _cite(self, out: list[dict[str, Any]], message: _Message, delta: str) -> None:
-        """`[n]` naming a search result becomes a file_citation annotation at that place."""
+        """`[n]` naming a search result becomes a file_citation annotation at that place, or a
+        url_citation spanning the marker for a web result."""
         text = message.unscanned + delta
         offset = message.length + len(delta) - len(text)
         end = 0
@@ -234,8 +241,12 @@ class ResponseRenderer:
             source = self._citations.get(int(match.group(1)))
             if source is None:
                 continue
-            annotation = {"type": "file_citation", "file_id": source["file_id"], "filename": source["filename"],
-                          "index": offset + match.start()}  # fmt: skip
+            if "url" in source:
+                annotation = {"type": "url_citation", "url": source["url"], "title": source["title"],
+                              "start_index": offset + match.start(), "end_index": offset + match.end()}  # fmt: skip
+            else:
+                annotation = {"type": "file_citation", "file_id": source["file_id"], "filename": source["filename"],
+                              "index": offset + match.start()}  # fmt: skip
             out.append(self._event(
                 "response.output_text.annotation.added",
                 item_id=message.id, output_index=message.output_index, content_index=len(message.parts),
@@ -345,17 +356,24 @@ class ResponseRenderer:
         elif kind == "file_search":
             item = {"id": new_id("fs"), "type": "file_search_call", "status": "in_progress", "queries": [],
                     "results": None}  # fmt: skip
+        elif kind == "web_search":
+            # The action as far as known before the arguments: find_in_page's keys are required.
+            item = {"id": new_id("ws"), "type": "web_search_call", "status": "in_progress",
+                    "action": {key: value for key, value in action_of(origin.name, "").items()
+                               if key not in ("query", "queries")}}  # fmt: skip
         elif kind == "mcp":
             item = {"id": new_id("mcp"), "type": "mcp_call", "status": "in_progress", "server_label": origin.namespace,
                     "name": origin.name, "arguments": "", "output": None, "error": None}  # fmt: skip
         else:
             item = {"id": new_id("mcpr"), "type": "mcp_approval_request", "server_label": origin.namespace,
                     "name": origin.name, "arguments": ""}  # fmt: skip
-        call = self._calls[event.index] = _Call(item, self._reserve(), kind)
+        call = self._calls[event.index] = _Call(item, self._reserve(), kind, function=origin.name)
         out.append(self._event("response.output_item.added", output_index=call.output_index, item=dict(item)))
         where = {"item_id": item["id"], "output_index": call.output_index}
         if kind == "file_search":
             out.append(self._event("response.file_search_call.in_progress", **where))
+        elif kind == "web_search":
+            out.append(self._event("response.web_search_call.in_progress", **where))
         elif kind == "mcp":
             out.append(self._event("response.mcp_call.in_progress", **where))
 
@@ -402,6 +420,12 @@ class ResponseRenderer:
                 out.append(self._event("response.file_search_call.searching", **where))
                 self._waiting[index] = call
                 return
+        elif call.kind == "web_search":
+            item["action"] = action_of(call.function, arguments) if arguments else item["action"]
+            if status == "completed":
+                out.append(self._event("response.web_search_call.searching", **where))
+                self._waiting[index] = call
+                return
         else:
             if not arguments.strip():
                 # A call without arguments: OpenAI sends "{}", and deltas must join to it.
@@ -444,6 +468,17 @@ class ResponseRenderer:
             if self._search_results:
                 item["results"] = data.get("results", [])
             out.append(self._event("response.file_search_call.completed", **where))
+        elif call.kind == "web_search":
+            self._citations.update(data.get("citations", {}))
+            action = dict(data.get("action") or item["action"])
+            if not self._web_sources:
+                action.pop("sources", None)
+            elif action["type"] == "search":
+                action.setdefault("sources", [])
+            item["status"], item["action"] = ("failed" if result.error else "completed"), action
+            # The API has no `.failed` event for web searches: `.completed` ends the call, its
+            # item's status says how (as file_search's).
+            out.append(self._event("response.web_search_call.completed", **where))
         else:
             if result.error:
                 error = data.get("error") or {"type": "mcp_protocol_error", "code": -32603, "message": result.error}

@@ -20,8 +20,9 @@ from ...canonical.ids import new_id
 from ...orchestration.orchestrator import ResponseRequest
 from ...orchestration.sealing import Sealer
 from ...tools.names import ToolSet
+from ...tools.web.tool import check_spec
 from .render import ResponseRenderer
-from .tools import translate_tool_choice, translate_tools
+from .tools import WEB_SEARCH_TOOL_TYPES, translate_tool_choice, translate_tools
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,10 @@ class CreateResponse(BaseModel):
     service_tier: str | None = None
 
 
-def translate(body: CreateResponse, sealer: Sealer) -> ResponseRequest:
+def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) -> ResponseRequest:
     """What the orchestrator runs for `body`: the canonical request without its conversation,
-    the options it acts on, and the renderer of the Response.
+    the options it acts on, and the renderer of the Response. `web_search`: whether the
+    server has a search engine (else web search tools are dropped, as OpenAI's unknown ones).
 
     The request's own mistakes are found here (400s), before any history is read; the
     orchestrator adds the history, the input and the tools it serves.
@@ -130,11 +132,15 @@ def translate(body: CreateResponse, sealer: Sealer) -> ResponseRequest:
     mcp = _mcp_specs(body.tools)
     searches = [(i, tool) for i, tool in enumerate(body.tools) if isinstance(tool, dict)
                 and tool.get("type") == "file_search"]  # fmt: skip
-    toolset = translate_tools(body.tools)
+    webs = [(i, tool) for i, tool in enumerate(body.tools) if isinstance(tool, dict)
+            and tool.get("type") in WEB_SEARCH_TOOL_TYPES] if web_search else []  # fmt: skip
+    for position, tool in webs:
+        check_spec(tool, f"tools[{position}]")
+    toolset = translate_tools(body.tools, web_search)
     generation = GenerationRequest(
         model=body.model,
         messages=[Message("system", [TextPart(body.instructions)])] if body.instructions else [],
-        tool_choice=translate_tool_choice(body.tool_choice, toolset),
+        tool_choice=translate_tool_choice(body.tool_choice, toolset, bool(webs)),
         parallel_tool_calls=body.parallel_tool_calls,
         response_format=_response_format(body.text),
         max_output_tokens=body.max_output_tokens,
@@ -146,7 +152,8 @@ def translate(body: CreateResponse, sealer: Sealer) -> ResponseRequest:
     )
     seal = partial(sealer.seal, "reasoning") if "reasoning.encrypted_content" in body.include else None
     renderer = partial(ResponseRenderer, initial_response(body, toolset), seal=seal,
-                       search_results="file_search_call.results" in body.include)  # fmt: skip
+                       search_results="file_search_call.results" in body.include,
+                       web_sources="web_search_call.action.sources" in body.include)  # fmt: skip
     reasoning = body.reasoning
     return ResponseRequest(
         generation,
@@ -159,6 +166,8 @@ def translate(body: CreateResponse, sealer: Sealer) -> ResponseRequest:
         background=body.background,
         mcp=mcp,
         file_search=searches[0] if searches else None,
+        web_search=webs[0] if webs else None,
+        force_web_search=isinstance(body.tool_choice, dict) and body.tool_choice.get("type") in WEB_SEARCH_TOOL_TYPES,
         max_tool_calls=body.max_tool_calls,
         truncation=body.truncation == "auto",
         compact_threshold=body.compact_threshold,

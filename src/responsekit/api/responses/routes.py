@@ -50,7 +50,7 @@ async def create_for(request: Request, owner: str) -> Response:
         raise APIError(400, f"`input` has more than {limit} items.", param="input", code="invalid_value")
     observed = observation(request, "/v1/responses", body.stream and not body.background)
     conductor = orchestrator(request)
-    prepared = await conductor.prepare(translate(body, conductor.sealer), owner)
+    prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner)
     if body.background:
         run = await conductor.start_background(prepared, observed)
         if body.stream:
@@ -105,7 +105,7 @@ async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
     """Exact when the engine can tokenize (llama.cpp, vLLM, SGLang), else an estimate marked as such."""
     body = await read_body(request, CreateResponse)
     conductor = orchestrator(request)
-    prepared = await conductor.prepare(translate(body, conductor.sealer), owner)
+    prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner)
     count, exact = await prepared.upstream.count_tokens(prepared.generation)
     return {"object": "response.input_tokens", "input_tokens": count, "estimated": not exact}
 

@@ -3,7 +3,8 @@
 `custom` tools (Codex's apply_patch) become a function with one string argument and come
 back as `custom_tool_call` items; `namespace` tools are flattened so the model sees
 every function, and calls are mapped back to their namespace. Hosted tools that no
-component of this server runs are dropped with a warning.
+component of this server runs are dropped with a warning (web search without a
+configured provider, for one).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 from ...canonical.conversation import FunctionTool, NamedToolChoice, ToolChoice
 from ...canonical.errors import APIError
 from ...tools.names import CUSTOM_INPUT, ToolOrigin, ToolSet
+from ...tools.web.tool import ACTIONS as WEB_FUNCTIONS
+from ...tools.web.tool import NAMESPACE as WEB
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +26,15 @@ HOSTED_TOOL_TYPES = frozenset({
     "programmatic_tool_calling", "image_generation", "local_shell", "shell", "tool_search", "apply_patch",
 })  # fmt: skip
 """Tool types of the API that are not client functions (echoed in the Response, not offered)."""
+WEB_SEARCH_TOOL_TYPES = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview",
+                                   "web_search_preview_2025_03_11"})  # fmt: skip
 SERVED_TOOL_TYPES = frozenset({"file_search", "mcp"})
-"""Hosted tools the orchestrator runs itself (`tools/`)."""
+"""Hosted tools the orchestrator runs itself (`tools/`); web search too when a provider is configured."""
 
 
-def translate_tools(tools: list[Any]) -> ToolSet:
-    """The functions the model sees for the client's tools (the orchestrator adds the ones it serves)."""
+def translate_tools(tools: list[Any], web_search: bool = False) -> ToolSet:
+    """The functions the model sees for the client's tools (the orchestrator adds the ones it serves);
+    `web_search`: whether the server has a search engine to run web search tools with."""
     toolset = ToolSet()
     entries: list[tuple[ToolOrigin, FunctionTool]] = []
     for position, tool in enumerate(tools):
@@ -56,7 +62,9 @@ def translate_tools(tools: list[Any]) -> ToolSet:
                 {**tool, "description": tool.get("description", ""), "tools": [_echo(m) for m in inner]}
             )
         elif kind in HOSTED_TOOL_TYPES:
-            if kind not in SERVED_TOOL_TYPES:
+            if kind in WEB_SEARCH_TOOL_TYPES and not web_search:
+                log.warning("dropping hosted tool %r: no web_search_provider is configured (docs/web-search.md)", kind)
+            elif kind not in SERVED_TOOL_TYPES and kind not in WEB_SEARCH_TOOL_TYPES:
                 log.warning("dropping hosted tool %r: no component of this server runs it", kind)
             toolset.echo.append(tool)
         else:
@@ -65,8 +73,10 @@ def translate_tools(tools: list[Any]) -> ToolSet:
     return toolset
 
 
-def translate_tool_choice(choice: Any, toolset: ToolSet) -> ToolChoice:
-    """The canonical tool choice; `allowed_tools` limits the tools offered (`toolset.allowed`)."""
+def translate_tool_choice(choice: Any, toolset: ToolSet, web_search: bool = False) -> ToolChoice:
+    """The canonical tool choice; `allowed_tools` limits the tools offered (`toolset.allowed`).
+    A web search forced (`{"type": "web_search"}`) is `required` here; the orchestrator names
+    the search function once it is offered (`ResponseRequest.force_web_search`)."""
     if choice is None or choice in ("auto", "none", "required"):
         return choice or "auto"
     if not isinstance(choice, dict):
@@ -82,12 +92,18 @@ def translate_tool_choice(choice: Any, toolset: ToolSet) -> ToolChoice:
         mode = choice.get("mode", "auto")
         if mode not in ("auto", "required"):
             raise APIError(400, "allowed_tools mode must be `auto` or `required`.", param="tool_choice.mode", code="invalid_value")
+        listed = [tool for tool in choice.get("tools") or () if isinstance(tool, dict)]
         toolset.allowed = frozenset(
             toolset.model_name(str(tool.get("name")), tool.get("namespace"))
-            for tool in choice.get("tools") or ()
-            if isinstance(tool, dict) and tool.get("type") in ("function", "custom")
+            for tool in listed
+            if tool.get("type") in ("function", "custom")
         )
+        if web_search and any(tool.get("type") in WEB_SEARCH_TOOL_TYPES for tool in listed):
+            # The web functions are named once the orchestrator adds them: under either name they may get.
+            toolset.allowed |= {name for function in WEB_FUNCTIONS for name in (function, f"{WEB}__{function}")}
         return mode
+    if kind in WEB_SEARCH_TOOL_TYPES and web_search:
+        return "required"
     raise APIError(
         400,
         f"tool_choice of type `{kind}` cannot be honoured: no component of this server runs that tool.",

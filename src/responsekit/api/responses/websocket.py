@@ -109,7 +109,7 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
     metrics = websocket.app.state.metrics
     observed = metrics.observation("/v1/responses", True) if metrics is not None else None
     try:
-        prepared = await conductor.prepare(translate(body, conductor.sealer), owner, cache)
+        prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner, cache)
     except APIError:
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)

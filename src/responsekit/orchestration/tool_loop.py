@@ -1,0 +1,89 @@
+"""The loop of server-run tools: generations, with the tools the server runs in between.
+
+The Responses orchestrator runs it for every response; Chat Completions runs it for
+`web_search_options`. What the model calls is told apart by its name (`ToolSet.origin`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import replace
+
+from ..canonical.conversation import GenerationRequest, Message, TextPart, ToolCall
+from ..canonical.events import (
+    Error,
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    ToolResult,
+)
+from ..tools import ServerTools
+from ..tools.names import ToolSet
+
+
+async def with_server_tools(
+    generation: GenerationRequest,
+    toolset: ToolSet,
+    server_tools: ServerTools,
+    generate: Callable[[GenerationRequest], AsyncIterator[Event]],
+    max_tool_calls: int | None = None,
+) -> AsyncIterator[Event]:
+    """Generations, with server-run tools in between.
+
+    When the model calls a tool this server runs (file_search, web search, MCP), the call is run,
+    its result goes to the renderer and, with the call, back to the model in a next
+    generation — until the model answers, calls a client tool, or `max_tool_calls`
+    calls have run (then the model must answer without tools).
+    """
+    calls_run = 0
+    while True:
+        server_calls: dict[int, tuple[ToolCallStart, list[str]]] = {}
+        client_call = failed = False
+        text: list[str] = []
+        reasoning: list[str] = []
+        finish: Finish | None = None
+        async with aclosing(generate(generation)) as events:
+            async for event in events:
+                if isinstance(event, ToolCallStart):
+                    if toolset.origin(event.name).server_side:
+                        server_calls[event.index] = (event, [])
+                    else:
+                        client_call = True
+                elif isinstance(event, ToolCallDelta) and event.index in server_calls:
+                    server_calls[event.index][1].append(event.arguments)
+                elif isinstance(event, TextDelta):
+                    text.append(event.text)
+                elif isinstance(event, ReasoningDelta):
+                    reasoning.append(event.text)
+                elif isinstance(event, Error):
+                    failed = True
+                elif isinstance(event, Finish) and server_calls:
+                    finish = event
+                    continue  # the response goes on after the tools ran
+                yield event
+        if failed or finish is None:
+            return
+        calls, answers = [], []
+        for index, (start, parts) in server_calls.items():
+            arguments = "".join(parts) or "{}"
+            outcome = await server_tools.run(toolset.origin(start.name), arguments)
+            calls_run += 1
+            yield ToolResult(index, outcome.output, outcome.error, outcome.data)
+            calls.append(ToolCall(start.id, start.name, arguments))
+            result = f"Error: {outcome.error}" if outcome.error else outcome.output
+            answers.append(Message("tool", [TextPart(result)], tool_call_id=start.id))
+        if client_call or finish.reason == "length":
+            yield Finish("tool_calls" if client_call else finish.reason)
+            return
+        assistant = Message("assistant", [TextPart("".join(text))] if text else [], "".join(reasoning) or None, calls)
+        limit = max_tool_calls
+        exhausted = limit is not None and calls_run >= limit
+        generation = replace(
+            generation,
+            messages=[*generation.messages, assistant, *answers],
+            tool_choice="none" if exhausted else "auto",
+        )

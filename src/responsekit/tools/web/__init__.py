@@ -1,0 +1,87 @@
+"""Web search and page reading for the hosted `web_search` tools (docs/web-search.md).
+
+`WebSearch` is the server's one search engine (`providers.py`, chosen by the operator) and its
+page reader (`fetch.py`); `tool.py` offers them to a model as functions for one request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ...operations import tracing
+from ..outbound import UrlPolicy
+from .fetch import FetchError, Page, PageFetcher
+from .providers import Hit, Provider, ProviderName, Query, SearchError, make_provider
+
+log = logging.getLogger(__name__)
+
+Count = Callable[[str, str, str], None]
+"""Counts one operation (`search` or `fetch`) of a provider with its outcome (metrics)."""
+
+__all__ = ["FetchError", "Hit", "Page", "Query", "SearchError", "WebSearch", "web_search_from"]
+
+
+class WebSearch:
+    """The operator's search engine and the page reader, shared by every request."""
+
+    def __init__(self, provider: Provider, fetcher: PageFetcher, max_results: int = 5,
+                 count: Count | None = None) -> None:  # fmt: skip
+        self.provider = provider
+        self.fetcher = fetcher
+        self.max_results = max_results
+        self.count = count or (lambda operation, provider, outcome: None)
+        self.reachable: bool | None = None
+        self.problem: str | None = None
+
+    async def start(self) -> None:
+        """Look at the engine once; one that cannot be reached is logged, never fatal."""
+        self.problem = await self.provider.probe()
+        self.reachable = self.problem is None
+        if self.problem:
+            log.warning("web search: %s cannot be reached now (%s); searches will fail until it can",
+                        self.provider.name, self.problem)  # fmt: skip
+        else:
+            log.info("web search: %s at %s", self.provider.name, self.provider.base_url)
+
+    async def search(self, query: Query) -> list[Hit]:
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "web_search"}
+        try:
+            with tracing.span("execute_tool web_search", attributes):
+                hits = await self.provider.search(query)
+        except SearchError as error:
+            self.count("search", self.provider.name, error.outcome)
+            log.warning("web search (%s) failed: %s", self.provider.name, error.message)
+            raise
+        self.count("search", self.provider.name, "ok")
+        return hits
+
+    async def fetch(self, url: str) -> Page:
+        try:
+            page = await self.fetcher.fetch(url)
+        except FetchError as error:
+            self.count("fetch", self.provider.name, error.outcome)
+            raise
+        self.count("fetch", self.provider.name, "ok")
+        return page
+
+    def health(self) -> dict[str, Any]:
+        return {"provider": self.provider.name, "url": self.provider.base_url, "reachable": self.reachable,
+                "problem": self.problem}  # fmt: skip
+
+    async def aclose(self) -> None:
+        await self.provider.aclose()
+        await self.fetcher.aclose()
+
+
+def web_search_from(provider: ProviderName | None, url: str | None, api_key: str | None, max_results: int,
+                    urls: UrlPolicy, count: Count | None = None) -> tuple[WebSearch | None, str | None]:  # fmt: skip
+    """The configured web search, or None and why not (said in the log and on `/health`)."""
+    if provider is None:
+        return None, "no web_search_provider is configured: web_search tools are dropped"
+    try:
+        engine = make_provider(provider, url, api_key)
+    except ValueError as exc:
+        return None, f"{exc}: web_search tools are dropped"
+    return WebSearch(engine, PageFetcher(urls), max_results, count), None
