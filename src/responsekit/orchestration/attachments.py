@@ -357,14 +357,22 @@ class Attachments:
 
     # --- the engine's refusal --------------------------------------------------------------
 
-    async def generate(
+    def generate(
         self, backend: Backend, generation: GenerationRequest, response_id: str | None = None
     ) -> AsyncIterator[Event]:
         """The engine's events for a prepared request. When the engine refuses it for its images
         (a 4xx naming images, before any answer), it is sent once more with notes in the images'
         places: a refusal that says the model reads no image also teaches that it is text-only
         (later requests send none); one about these images (one the engine could not fetch or
-        decode) does not."""
+        decode) does not. A request without images gets the engine's stream itself: no layer
+        between the engine and the renderer on every token of every answer."""
+        if not _has_images(generation):
+            return tracing.generate(backend, generation, response_id)
+        return self._retried_without_images(backend, generation, response_id)
+
+    async def _retried_without_images(
+        self, backend: Backend, generation: GenerationRequest, response_id: str | None
+    ) -> AsyncIterator[Event]:
         async with aclosing(tracing.generate(backend, generation, response_id)) as events:
             first = await anext(events, None)
             if not (isinstance(first, Error) and _about_images(first, generation)):
@@ -430,8 +438,12 @@ def _about_images(error: Error, generation: GenerationRequest) -> bool:
         400 <= error.status < 500
         and error.status not in (401, 403, 404, 429)
         and _NAMES_IMAGES.search(error.message) is not None
-        and any(isinstance(part, ImagePart) for m in generation.messages for part in m.content)
+        and _has_images(generation)
     )
+
+
+def _has_images(generation: GenerationRequest) -> bool:
+    return any(isinstance(part, ImagePart) for message in generation.messages for part in message.content)
 
 
 ENGINE_FAILED = unusable_image("the model's engine could not read it")
