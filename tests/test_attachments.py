@@ -235,6 +235,35 @@ def test_a_model_that_reads_images_gets_them_unchanged(upstream: ScriptedUpstrea
         assert image_parts(upstream.requests[-1])[0]["image_url"]["url"] == expected
 
 
+def test_images_of_tool_results_reach_a_model_that_reads_images(upstream: ScriptedUpstream, database_url: str):
+    """A chat `tool` message holds text only: the images of tool results follow them in a user
+    message (Codex's `view_image`, Claude Code's Read of a PNG)."""
+    answering(upstream)
+    data = PNG.split(",", 1)[1]
+    messages = [
+        {"role": "user", "content": "Look at a.png and b.png"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}},
+                                          {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+                {"type": "text", "text": "a.png"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "b.png is gone"},
+            {"type": "text", "text": "What do you see?"}]},
+    ]  # fmt: skip
+    tools = [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}}]
+    with gateway(upstream, database_url, vision=True) as server:
+        body = {"model": "test-model", "max_tokens": 64, "messages": messages, "tools": tools}
+        answer = httpx.post(f"{server.base_url}/messages", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user", "user"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "a.png"}
+    assert sent[4]["content"] == [{"type": "text", "text": "[the image(s) of tool result toolu_1]"},
+                                  {"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}]  # fmt: skip
+    assert sent[5]["content"] == "What do you see?"
+
+
 # --- bad input: a note, never an error -------------------------------------------------------
 
 BAD_IMAGES = {

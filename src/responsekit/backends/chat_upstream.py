@@ -507,12 +507,18 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[str, Any]]:
     messages = list(messages)
     out: list[dict[str, Any]] = []
+    tool_images: list[dict[str, Any]] = []
+    """Images of the tool results just rendered: a chat `tool` message holds text only, so they
+    follow the tool results in a user message (as OpenAI's Codex does with `view_image`)."""
     if dialect.merge_system:
         texts = [m.text() for m in messages if m.role in ("system", "developer")]
         if texts:
             out.append({"role": "system", "content": "\n\n".join(texts)})
     for message in messages:
         role = message.role
+        if role != "tool" and tool_images:
+            out.append({"role": "user", "content": tool_images})
+            tool_images = []
         if role in ("system", "developer"):
             if not dialect.merge_system:
                 keep = role == "system" or dialect.developer_role
@@ -533,7 +539,17 @@ def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[
             out.append(rendered)
         else:
             out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text()})
+            images = [part for part in message.content if isinstance(part, ImagePart)]
+            if images:
+                tool_images.append({"type": "text", "text": f"[the image(s) of tool result {message.tool_call_id}]"})
+                tool_images += [_image_part(part) for part in images]
+    if tool_images:
+        out.append({"role": "user", "content": tool_images})
     return out
+
+
+def _image_part(part: ImagePart) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": part.url, "detail": part.detail}}
 
 
 def _render_content(message: Message) -> str | list[dict[str, Any]]:
@@ -542,7 +558,7 @@ def _render_content(message: Message) -> str | list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for part in message.content:
         if isinstance(part, ImagePart):
-            parts.append({"type": "image_url", "image_url": {"url": part.url, "detail": part.detail}})
+            parts.append(_image_part(part))
         elif isinstance(part, TextPart):
             parts.append({"type": "text", "text": part.text})
     return parts
