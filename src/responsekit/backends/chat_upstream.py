@@ -71,6 +71,12 @@ class Dialect:
     max_tokens_field: str = "max_tokens"
     developer_role: bool = False
     prompt_cache_key: bool = False
+    fetches_image_urls: bool = True
+    """The engine fetches an image by http(s) URL itself. Ollama's OpenAI-compatible endpoint takes
+    base64 images only (https://docs.ollama.com/api/openai-compatibility, "Image URL" unchecked);
+    LM Studio's documents base64 images only; an engine of unknown kind may not fetch: those get
+    images inline. OpenAI, vLLM, SGLang and llama.cpp's server (`handle_media` in
+    tools/server/server-common.cpp: up to 10 MB within 10 s) fetch them."""
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -85,9 +91,9 @@ DIALECTS: dict[str, Dialect] = {
     "llamacpp": Dialect(True, "both", "reasoning_content"),
     "vllm": Dialect(True, "both", "reasoning_content"),
     "sglang": Dialect(True, "both", "reasoning_content"),
-    "ollama": Dialect(True, "reasoning_effort", "reasoning"),
-    "lmstudio": Dialect(True, "reasoning_effort", "reasoning_content"),
-    "generic": Dialect(True, "reasoning_effort", "reasoning_content"),
+    "ollama": Dialect(True, "reasoning_effort", "reasoning", fetches_image_urls=False),
+    "lmstudio": Dialect(True, "reasoning_effort", "reasoning_content", fetches_image_urls=False),
+    "generic": Dialect(True, "reasoning_effort", "reasoning_content", fetches_image_urls=False),
 }
 
 _OWNED_BY_KIND = {"llamacpp": "llamacpp", "vllm": "vllm", "sglang": "sglang", "ollama": "ollama"}
@@ -186,7 +192,7 @@ class ChatUpstream:
         base = DIALECTS.get(self.kind, DIALECTS["generic"])
         options = {
             key: value
-            for key in ("merge_system", "reasoning_effort_param", "reasoning_history_field")
+            for key in ("merge_system", "reasoning_effort_param", "reasoning_history_field", "fetches_image_urls")
             if (value := getattr(self.config, key)) is not None
         }
         return replace(base, **options) if options else base
@@ -281,6 +287,9 @@ class ChatUpstream:
 
     def learn_text_only(self, model: str) -> None:
         self._text_only.add(model)
+
+    def fetches_image_urls(self, model: str) -> bool:
+        return self.dialect.fetches_image_urls
 
     async def aclose(self) -> None:
         await self._engine.aclose()
