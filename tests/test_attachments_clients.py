@@ -3,9 +3,10 @@
 Codex CLI with an attached image (`codex exec --image`), Claude Code reading a PNG and a PDF
 with its Read tool, and the Vercel AI SDK with an image part, each against the real server on
 loopback. The engine behind them is the scripted one, serving a text-only model that refuses
-images the way vLLM does (`refuses_images`); with a `vision_model`, a second scripted engine
-reads the images and answers a description. Each thread goes on for three more turns, which
-replay the image every time.
+images the way vLLM does (`refuses_images`): ResponseKit learns it from that refusal, or is told
+it by the configuration; with a `vision_model`, a second scripted engine reads the images and
+answers a description. Each thread goes on for three more turns, which replay the image every
+time.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ DESCRIPTIONS = {"red": "A red square.", "blue": "A blue square."}
 IMAGES = {"red": png(220, 20, 20), "blue": png(20, 20, 220)}
 
 
+MODES = ["learned", "configured", "vision-model"]
+"""How ResponseKit knows the text engine's model reads text only: from the engine's first refusal
+(it says nothing, as vLLM), or from the configuration (`vision = false`); and, with a
+`vision_model` (learned as in the first), the images are described by the vision engine."""
+
+
 @dataclass
 class Engines:
     """ResponseKit's URL, the text-only engine and (with a vision model) the engine that reads images."""
@@ -60,6 +67,7 @@ class Engines:
     url: str
     text: ScriptedUpstream
     vision: ScriptedUpstream | None
+    mode: str
 
     @property
     def base_url(self) -> str:
@@ -75,15 +83,16 @@ def describer(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextmanager
-def engines(tmp_path: Path, responder: Any, *, vision_model: bool) -> Iterator[Engines]:
-    """ResponseKit in front of a text-only engine that says nothing of what it reads and refuses
-    images as vLLM does, and, with `vision_model`, a second engine serving `vision-model`."""
+def engines(tmp_path: Path, responder: Any, mode: str) -> Iterator[Engines]:
+    """ResponseKit in front of a text-only engine that refuses images as vLLM does (`MODES`), and
+    in mode `vision-model` a second engine serving `vision-model`, which describes them."""
     text = ScriptedUpstream()
     text.refuses_images = True
     text.responder = responder
-    vision = ScriptedUpstream(models=("vision-model",)) if vision_model else None
+    vision = ScriptedUpstream(models=("vision-model",)) if mode == "vision-model" else None
     with serve(text.app) as text_url, (serve(vision.app) if vision else _nothing()) as vision_url:
-        upstreams = [UpstreamConfig(name="text", base_url=f"{text_url}/v1")]
+        configured = False if mode == "configured" else None
+        upstreams = [UpstreamConfig(name="text", base_url=f"{text_url}/v1", vision=configured)]
         options: dict[str, Any] = {}
         if vision is not None:
             vision.responder = describer
@@ -92,7 +101,7 @@ def engines(tmp_path: Path, responder: Any, *, vision_model: bool) -> Iterator[E
         settings = Settings(upstreams=upstreams, probe=False, data_dir=tmp_path / "data",
                             aliases={"claude-sonnet-4-5": "test-model"}, **options)  # fmt: skip
         with serve(create_app(settings)) as url:
-            yield Engines(url, text, vision)
+            yield Engines(url, text, vision, mode)
 
 
 @contextmanager
@@ -102,11 +111,15 @@ def _nothing() -> Iterator[None]:
 
 def check_text_engine(engines: Engines, images: int, *, described: list[str] | None = None) -> list[dict[str, Any]]:
     """What the text-only engine answered: no request it answered held an image; each held a text
-    in each image's place (a description when a vision model wrote one). It refused
-    one request, the first holding images (it says nothing of what its model reads, so that
-    refusal teaches ResponseKit). Returns the answered requests."""
+    in each image's place (a description when a vision model wrote one). Configured text-only,
+    it never got an image; else it refused one request, the first holding images (it says
+    nothing of what its model reads, so that refusal teaches ResponseKit). Returns the answered
+    requests."""
     refused = [body for body in engines.text.requests if image_parts(body)]
-    assert len(refused) == 1, "the first images were refused, and after that no image reaches the text-only engine"
+    if engines.mode == "configured":
+        assert refused == [], "a model configured text-only never gets an image"
+    else:
+        assert len(refused) == 1, "the first images were refused, and after that no image reaches the engine"
     answered = [body for body in engines.text.requests if not image_parts(body)]
     with_images = [body for body in answered if ATTACHED in sent_texts(body)]
     assert with_images, "the images reached the model as text"
@@ -168,9 +181,9 @@ def turn_answer(body: dict[str, Any]) -> dict[str, Any]:
     return text_exchange(f"Answer to user message {users}.")
 
 
-@pytest.mark.parametrize("vision_model", [False, True], ids=["text-only", "vision-model"])
-def test_codex_exec_with_an_attached_image_keeps_its_thread(tmp_path: Path, vision_model: bool):
-    with engines(tmp_path, turn_answer, vision_model=vision_model) as served:
+@pytest.mark.parametrize("mode", MODES)
+def test_codex_exec_with_an_attached_image_keeps_its_thread(tmp_path: Path, mode: str):
+    with engines(tmp_path, turn_answer, mode) as served:
         home, work = codex_home(tmp_path, served.base_url), tmp_path / "work"
         work.mkdir()
         for name, data in IMAGES.items():
@@ -180,13 +193,13 @@ def test_codex_exec_with_an_attached_image_keeps_its_thread(tmp_path: Path, visi
         for turn in range(3):
             resumed = run_codex(home, work, "resume", "--last", f"Follow-up {turn}")
             assert answer_of(resumed).startswith("Answer to user message")
-        described = list(DESCRIPTIONS.values()) if vision_model else None
+        described = list(DESCRIPTIONS.values()) if mode == "vision-model" else None
         answered = check_text_engine(served, 2, described=described)
         followed = [body for body in answered if "Follow-up" in sent_texts(body)]
         assert len(followed) >= 3 and all(ATTACHED in sent_texts(body) for body in followed), "replayed as text"
         last = sent_texts(answered[-1])
         assert "What do these screenshots show?" in last and "Follow-up 2" in last, "the whole thread was replayed"
-        if vision_model:
+        if mode == "vision-model":
             check_vision_engine(served, 2)
 
 
@@ -233,14 +246,14 @@ def tool_results(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for block in event["message"]["content"] if block.get("type") == "tool_result"]  # fmt: skip
 
 
-@pytest.mark.parametrize("vision_model", [False, True], ids=["text-only", "vision-model"])
-def test_claude_code_reads_a_png_and_a_pdf_and_keeps_its_thread(tmp_path: Path, vision_model: bool):
+@pytest.mark.parametrize("mode", MODES)
+def test_claude_code_reads_a_png_and_a_pdf_and_keeps_its_thread(tmp_path: Path, mode: str):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     (work / "chart.png").write_bytes(IMAGES["red"])
     (work / "report.pdf").write_bytes(pdf_with_text("Revenue grew eleven percent"))
-    with engines(tmp_path, read_loop([work / "chart.png", work / "report.pdf"]), vision_model=vision_model) as served:
+    with engines(tmp_path, read_loop([work / "chart.png", work / "report.pdf"]), mode) as served:
         subprocess.run(
             [sys.executable, "-m", "responsekit", "connect", "claude", "--url", served.url, "--api-key", "test",
              "--model", "test-model", "--claude-home", str(home / ".claude"), "--write"],
@@ -254,7 +267,7 @@ def test_claude_code_reads_a_png_and_a_pdf_and_keeps_its_thread(tmp_path: Path, 
     assert base64.b64decode(image["content"][0]["source"]["data"]) == IMAGES["red"]
     pdf = next(block for block in document["content"] if block["type"] == "document")
     assert pdf["source"]["media_type"] == "application/pdf"
-    described = [DESCRIPTIONS["red"]] if vision_model else None
+    described = [DESCRIPTIONS["red"]] if mode == "vision-model" else None
     answered = check_text_engine(served, 1, described=described)
     last = sent_texts(answered[-1])
     assert "Look at chart.png" in last and "Follow-up 2" in last, "the whole thread was replayed"
@@ -262,17 +275,17 @@ def test_claude_code_reads_a_png_and_a_pdf_and_keeps_its_thread(tmp_path: Path, 
     followed = [body for body in answered if "Follow-up" in sent_texts(body)]
     assert len(followed) >= 3
     assert all("Revenue grew eleven percent" in sent_texts(body) and ATTACHED in sent_texts(body) for body in followed)
-    if vision_model:
+    if mode == "vision-model":
         check_vision_engine(served, 1)
 
 
 # --- the Vercel AI SDK: an image part ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("vision_model", [False, True], ids=["text-only", "vision-model"])
-def test_vercel_ai_sdk_with_an_image_part_keeps_its_thread(tmp_path: Path, vision_model: bool):
+@pytest.mark.parametrize("mode", MODES)
+def test_vercel_ai_sdk_with_an_image_part_keeps_its_thread(tmp_path: Path, mode: str):
     (tmp_path / "chart.png").write_bytes(IMAGES["blue"])
-    with engines(tmp_path, turn_answer, vision_model=vision_model) as served:
+    with engines(tmp_path, turn_answer, mode) as served:
         done = subprocess.run(["node", str(JS / "ai_sdk_image.mjs"), served.base_url, str(tmp_path / "chart.png")],
                               capture_output=True, text=True, timeout=180, cwd=JS)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -280,11 +293,11 @@ def test_vercel_ai_sdk_with_an_image_part_keeps_its_thread(tmp_path: Path, visio
     for api in ("responses", "chat"):
         assert [answer["text"] for answer in result[api]] == [f"Answer to user message {n}." for n in range(1, 5)]
         assert all(answer["finishReason"] == "stop" for answer in result[api])
-    described = [DESCRIPTIONS["blue"]] if vision_model else None
+    described = [DESCRIPTIONS["blue"]] if mode == "vision-model" else None
     answered = check_text_engine(served, 1, described=described)
     assert len(answered) == 8 and all(ATTACHED in sent_texts(body) for body in answered)
     for api in ("responses", "chat"):
         last = sent_texts([body for body in answered if f"({api})" in sent_texts(body)][-1])
         assert f"What does this chart show? ({api})" in last and f"Follow-up 3 ({api})" in last
-    if vision_model:
+    if mode == "vision-model":
         check_vision_engine(served, 1)
