@@ -257,11 +257,19 @@ def test_images_of_tool_results_reach_a_model_that_reads_images(upstream: Script
         answer = httpx.post(f"{server.base_url}/messages", json=body, timeout=30)
         assert answer.status_code == 200, answer.text
     sent = upstream.requests[-1]["messages"]
-    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user", "user"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"], "the roles still alternate"
     assert sent[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "a.png"}
     assert sent[4]["content"] == [{"type": "text", "text": "[the image(s) of tool result toolu_1]"},
-                                  {"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}]  # fmt: skip
-    assert sent[5]["content"] == "What do you see?"
+                                  {"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}},
+                                  {"type": "text", "text": "What do you see?"}]  # fmt: skip
+    # Without a user message after them, the images are one of their own.
+    with gateway(upstream, database_url, vision=True) as server:
+        body = {"model": "test-model", "max_tokens": 64, "messages": messages[:2] + [{"role": "user", "content": [
+            messages[2]["content"][0]]}], "tools": tools}  # type: ignore[index]  # fmt: skip
+        assert httpx.post(f"{server.base_url}/messages", json=body, timeout=30).status_code == 200
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user"]
+    assert sent[3]["content"][1] == {"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}
 
 
 # --- an image by URL, for engines that do not fetch URLs: fetched here, sent inline ----------------

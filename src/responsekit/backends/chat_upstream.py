@@ -517,23 +517,33 @@ def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[
     messages = list(messages)
     out: list[dict[str, Any]] = []
     tool_images: list[dict[str, Any]] = []
-    """Images of the tool results just rendered: a chat `tool` message holds text only, so they
-    follow the tool results in a user message (as OpenAI's Codex does with `view_image`)."""
+    """Images of the tool results just rendered: a chat `tool` message's content parts are text
+    only (https://platform.openai.com/docs/api-reference/chat/create, tool message), so they
+    follow the tool results in a user message: the next one, else one of their own (two user
+    messages in a row break templates that want the roles to alternate)."""
     if dialect.merge_system:
         texts = [m.text() for m in messages if m.role in ("system", "developer")]
         if texts:
             out.append({"role": "system", "content": "\n\n".join(texts)})
     for message in messages:
         role = message.role
+        images_first: list[dict[str, Any]] = []
         if role != "tool" and tool_images:
-            out.append({"role": "user", "content": tool_images})
+            if role == "user":
+                images_first = tool_images
+            else:
+                out.append({"role": "user", "content": tool_images})
             tool_images = []
         if role in ("system", "developer"):
             if not dialect.merge_system:
                 keep = role == "system" or dialect.developer_role
                 out.append({"role": role if keep else "system", "content": message.text()})
         elif role == "user":
-            out.append({"role": "user", "content": _render_content(message)})
+            content = _render_content(message)
+            if images_first:
+                own = ([{"type": "text", "text": content}] if content else []) if isinstance(content, str) else content
+                content = images_first + own
+            out.append({"role": "user", "content": content})
         elif role == "assistant":
             rendered: dict[str, Any] = {"role": "assistant", "content": message.text() or None}
             if message.tool_calls:
