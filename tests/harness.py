@@ -179,7 +179,8 @@ class ScriptedUpstream:
     the answer there until the test sets it. With `refuses_images`, a request holding an
     image part is answered 400 as vLLM answers for a text-only model; `files` are served at
     `/files/NAME` (what a `file_url` or an image URL may point at; `redirects` maps a NAME to
-    the URL it redirects to), and `file_hits` counts their fetches.
+    the URL it redirects to; `file_delay` seconds pass before any answer), and `file_hits`
+    counts their fetches.
     What the engine tells of its models' modalities: `props` (llama.cpp's `/props`),
     `capabilities` (Ollama's `/api/show`), `model_types` (LM Studio's `/api/v0/models/NAME`).
     """
@@ -198,6 +199,7 @@ class ScriptedUpstream:
         self.refuses_images = False
         self.files: dict[str, bytes] = {}
         self.redirects: dict[str, str] = {}
+        self.file_delay = 0.0
         self.file_hits = 0
         self.props: dict[str, Any] | None = None
         self.capabilities: dict[str, list[str]] = {}
@@ -246,6 +248,7 @@ class ScriptedUpstream:
 
     async def _file(self, request: Request) -> HTTPResponse:
         self.file_hits += 1
+        await asyncio.sleep(self.file_delay)
         name = request.path_params["name"]
         if name in self.redirects:
             return HTTPResponse(status_code=302, headers={"location": self.redirects[name]})

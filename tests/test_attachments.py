@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -329,6 +330,22 @@ def test_an_image_url_fetched_here_is_bounded_and_checked_on_every_redirect(upst
     texts = sent_texts(body)
     assert all(why in texts for why in urls.values())
     assert texts.count("cannot be shown to the model") == len(urls)
+
+
+def test_an_image_url_that_does_not_answer_in_time_is_a_note(upstream: ScriptedUpstream, database_url: str,
+                                                             monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    monkeypatch.setattr("responsekit.orchestration.attachments.IMAGE_FETCH_TIMEOUT", 0.3)
+    answering(upstream)
+    upstream.files["slow.png"] = base64.b64decode(PNG.split(",", 1)[1])
+    upstream.file_delay = 3.0
+    config = UpstreamConfig(name="engine", base_url=upstream.url, kind="ollama", vision=True)  # type: ignore[attr-defined]
+    settings = Settings(upstreams=[config], probe=False, database_url=database_url, allowed_hosts=["127.0.0.1"])
+    with serve(create_app(settings)) as base:
+        content = [{"type": "input_image", "image_url": f"{image_host(upstream)}/slow.png"}]
+        started = time.monotonic()
+        responses(Server(base, upstream), input=[{"role": "user", "content": content}])
+        assert time.monotonic() - started < 2.5
+    assert image_parts(upstream.requests[-1]) == [] and "its URL could not be fetched" in sent_texts(upstream.requests[-1])
 
 
 def test_the_vision_model_is_shown_an_image_by_url_inline_when_its_engine_does_not_fetch(database_url: str):

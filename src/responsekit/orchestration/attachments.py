@@ -208,9 +208,10 @@ class Attachments:
             self._inlined.move_to_end(url)
             return found, ""
         try:
-            data = await self.urls.fetch(url, self.max_image_bytes, timeout=IMAGE_FETCH_TIMEOUT)
-        except FetchError as exc:
-            log.warning("the image at %s cannot be fetched: %s", url, exc)
+            async with asyncio.timeout(IMAGE_FETCH_TIMEOUT):  # the whole fetch, redirects included
+                data = await self.urls.fetch(url, self.max_image_bytes, timeout=IMAGE_FETCH_TIMEOUT)
+        except (FetchError, TimeoutError) as exc:
+            log.warning("the image at %s cannot be fetched: %r", url, exc)
             return None, "its URL could not be fetched"
         if not data:
             return None, "it is empty"
