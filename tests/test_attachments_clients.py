@@ -301,3 +301,37 @@ def test_vercel_ai_sdk_with_an_image_part_keeps_its_thread(tmp_path: Path, mode:
         assert f"What does this chart show? ({api})" in last and f"Follow-up 3 ({api})" in last
     if mode == "vision-model":
         check_vision_engine(served, 1)
+
+
+def test_claude_code_with_a_pasted_image_keeps_its_thread(tmp_path: Path):
+    """An image pasted into Claude Code: a Messages `image` block in the user's own message
+    (given here as Claude Code's stream-json input, as its SDK sends it)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    image = base64.b64encode(IMAGES["blue"]).decode()
+    message = {"type": "user", "message": {"role": "user", "content": [
+        {"type": "text", "text": "What is in this screenshot?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": image}}]}}  # fmt: skip
+    with engines(tmp_path, turn_answer, "learned") as served:
+        subprocess.run(
+            [sys.executable, "-m", "responsekit", "connect", "claude", "--url", served.url, "--api-key", "test",
+             "--model", "test-model", "--claude-home", str(home / ".claude"), "--write"],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        clean = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
+        done = subprocess.run(
+            [str(CLAUDE), "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
+             "--permission-mode", "bypassPermissions", "--max-turns", "2"],
+            input=json.dumps(message) + "\n", cwd=work, env={**clean, "HOME": str(home), "IS_SANDBOX": "1"},
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+        result = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")][-1]
+        assert result["type"] == "result" and result["is_error"] is False, result
+        for turn in range(3):
+            run_claude(home, work, f"Follow-up {turn}", "--continue")
+    answered = check_text_engine(served, 1)
+    followed = [body for body in answered if "Follow-up" in sent_texts(body)]
+    assert len(followed) >= 3 and all(ATTACHED in sent_texts(body) for body in followed)
+    assert "What is in this screenshot?" in sent_texts(answered[-1])
