@@ -335,3 +335,45 @@ def test_claude_code_with_a_pasted_image_keeps_its_thread(tmp_path: Path):
     followed = [body for body in answered if "Follow-up" in sent_texts(body)]
     assert len(followed) >= 3 and all(ATTACHED in sent_texts(body) for body in followed)
     assert "What is in this screenshot?" in sent_texts(answered[-1])
+
+
+def view_image_loop(path: str) -> Any:
+    """An engine for Codex: on the first prompt it looks at `path` with Codex's `view_image`
+    tool, then answers; later prompts get an answer without tools."""
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        messages = body["messages"]
+        offered = [tool["function"]["name"] for tool in body.get("tools") or ()]
+        if not any(m["role"] == "tool" for m in messages) and "view_image" in offered:
+            return tool_call_exchange("view_image", {"path": path}, reasoning="I should look at it.", call_id="call_view")
+        return turn_answer(body)
+
+    return respond
+
+
+@pytest.mark.parametrize("mode", ["learned", "vision-model"])
+def test_codex_view_image_keeps_its_thread(tmp_path: Path, mode: str):
+    """Codex's `view_image` tool returns the image in its output (a `function_call_output` with
+    an `input_image`), replayed on every later turn."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "red.png").write_bytes(IMAGES["red"])
+    with engines(tmp_path, view_image_loop(str(work / "red.png")), mode) as served:
+        home = codex_home(tmp_path, served.base_url)
+        first = run_codex(home, work, "Look at red.png")
+        assert answer_of(first).startswith("Answer to user message")
+        offered = [tool["function"]["name"] for tool in served.text.requests[0].get("tools") or ()]
+        assert "view_image" in offered, offered
+        for turn in range(3):
+            assert answer_of(run_codex(home, work, "resume", "--last", f"Follow-up {turn}")).startswith("Answer to")
+    described = [DESCRIPTIONS["red"]] if mode == "vision-model" else None
+    answered = check_text_engine(served, 1, described=described)
+    followed = [body for body in answered if "Follow-up" in sent_texts(body)]
+    assert len(followed) >= 3 and all(ATTACHED in sent_texts(body) for body in followed)
+    messages = answered[-1]["messages"]
+    tool = next(position for position, m in enumerate(messages) if m["role"] == "tool")
+    images = messages[tool + 1]  # the Responses history gives a tool output's images as a user turn after it
+    assert images["role"] == "user" and images["content"].startswith("Images returned by tool call call_view:")
+    assert ATTACHED in images["content"], "the text is where the tool's image was"
+    if mode == "vision-model":
+        check_vision_engine(served, 1)
