@@ -74,8 +74,9 @@ class Dialect:
     fetches_image_urls: bool = True
     """The engine fetches an image by http(s) URL itself. Ollama's OpenAI-compatible endpoint takes
     base64 images only (https://docs.ollama.com/api/openai-compatibility, "Image URL" unchecked);
-    LM Studio's documents base64 images only; an engine of unknown kind may not fetch: those get
-    images inline. OpenAI, vLLM, SGLang and llama.cpp's server (`handle_media` in
+    LM Studio documents images as files or base64 only, no URL fetching
+    (https://lmstudio.ai/docs/python/llm-prediction/image-input); an engine of unknown kind may
+    not fetch: those get images inline. OpenAI, vLLM, SGLang and llama.cpp's server (`handle_media` in
     tools/server/server-common.cpp: up to 10 MB within 10 s) fetch them."""
 
 
