@@ -178,7 +178,9 @@ class ScriptedUpstream:
     `data` (sent as is, so also malformed SSE). A chunk `{"gate": threading.Event()}` holds
     the answer there until the test sets it. With `refuses_images`, a request holding an
     image part is answered 400 as vLLM answers for a text-only model; `files` are served at
-    `/files/NAME` (what a `file_url` may point at), and `file_hits` counts their fetches.
+    `/files/NAME` (what a `file_url` or an image URL may point at; `redirects` maps a NAME to
+    the URL it redirects to; `file_delay` seconds pass before any answer), and `file_hits`
+    counts their fetches.
     What the engine tells of its models' modalities: `props` (llama.cpp's `/props`),
     `capabilities` (Ollama's `/api/show`), `model_types` (LM Studio's `/api/v0/models/NAME`).
     """
@@ -196,6 +198,8 @@ class ScriptedUpstream:
         self.finished = 0
         self.refuses_images = False
         self.files: dict[str, bytes] = {}
+        self.redirects: dict[str, str] = {}
+        self.file_delay = 0.0
         self.file_hits = 0
         self.props: dict[str, Any] | None = None
         self.capabilities: dict[str, list[str]] = {}
@@ -244,8 +248,13 @@ class ScriptedUpstream:
 
     async def _file(self, request: Request) -> HTTPResponse:
         self.file_hits += 1
-        data = self.files.get(request.path_params["name"])
-        return HTTPResponse(status_code=404) if data is None else HTTPResponse(data, media_type="application/pdf")
+        await asyncio.sleep(self.file_delay)
+        name = request.path_params["name"]
+        if name in self.redirects:
+            return HTTPResponse(status_code=302, headers={"location": self.redirects[name]})
+        data = self.files.get(name)
+        media = "image/png" if name.endswith(".png") else "application/pdf"
+        return HTTPResponse(status_code=404) if data is None else HTTPResponse(data, media_type=media)
 
     async def _chat(self, request: Request) -> HTTPResponse:
         body = await request.json()

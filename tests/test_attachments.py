@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -233,6 +234,138 @@ def test_a_model_that_reads_images_gets_them_unchanged(upstream: ScriptedUpstrea
         responses(server, input=[{"role": "user", "content": [{"type": "input_image", "file_id": uploaded.id}]}])
         expected = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\nreal enough").decode()
         assert image_parts(upstream.requests[-1])[0]["image_url"]["url"] == expected
+
+
+def test_images_of_tool_results_reach_a_model_that_reads_images(upstream: ScriptedUpstream, database_url: str):
+    """A chat `tool` message holds text only: the images of tool results follow them in a user
+    message (Codex's `view_image`, Claude Code's Read of a PNG)."""
+    answering(upstream)
+    data = PNG.split(",", 1)[1]
+    messages = [
+        {"role": "user", "content": "Look at a.png and b.png"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}},
+                                          {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+                {"type": "text", "text": "a.png"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "b.png is gone"},
+            {"type": "text", "text": "What do you see?"}]},
+    ]  # fmt: skip
+    tools = [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}}]
+    with gateway(upstream, database_url, vision=True) as server:
+        body = {"model": "test-model", "max_tokens": 64, "messages": messages, "tools": tools}
+        answer = httpx.post(f"{server.base_url}/messages", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"], "the roles still alternate"
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "a.png"}
+    assert sent[4]["content"] == [{"type": "text", "text": "[the image(s) of tool result toolu_1]"},
+                                  {"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}},
+                                  {"type": "text", "text": "What do you see?"}]  # fmt: skip
+    # Without a user message after them, the images are one of their own.
+    with gateway(upstream, database_url, vision=True) as server:
+        body = {"model": "test-model", "max_tokens": 64, "messages": messages[:2] + [{"role": "user", "content": [
+            messages[2]["content"][0]]}], "tools": tools}  # type: ignore[index]  # fmt: skip
+        assert httpx.post(f"{server.base_url}/messages", json=body, timeout=30).status_code == 200
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user"]
+    assert sent[3]["content"][1] == {"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}
+
+
+# --- an image by URL, for engines that do not fetch URLs: fetched here, sent inline ----------------
+
+
+def image_host(engine: ScriptedUpstream) -> str:
+    """Where the scripted engine serves its `files` (an image URL may point there)."""
+    return engine.url.removesuffix("/v1") + "/files"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("kind", "inline"), [("ollama", True), ("lmstudio", True), ("vllm", False), ("llamacpp", False)])
+def test_an_image_by_url_is_sent_inline_to_engines_that_do_not_fetch(upstream: ScriptedUpstream, database_url: str,
+                                                                     kind: str, inline: bool):  # fmt: skip
+    answering(upstream)
+    image = base64.b64decode(PNG.split(",", 1)[1])
+    upstream.files["chart.png"] = image
+    url = f"{image_host(upstream)}/chart.png"
+    config = UpstreamConfig(name="engine", base_url=upstream.url, kind=kind, vision=True)  # type: ignore[attr-defined,arg-type]
+    settings = Settings(upstreams=[config], probe=False, database_url=database_url, allowed_hosts=["127.0.0.1"])
+    with serve(create_app(settings)) as base:
+        server = Server(base, upstream)
+        first = responses(server, input=[{"role": "user", "content": [{"type": "input_image", "image_url": url}]}])
+        previous = first["id"]
+        for turn in range(2):
+            previous = responses(server, input=f"turn {turn}", previous_response_id=previous)["id"]
+        chat = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+        assert httpx.post(f"{server.base_url}/chat/completions", json={"model": "test-model", "messages": chat}).status_code == 200
+    sent = [image_parts(body) for body in upstream.requests]
+    expected = PNG if inline else url
+    assert sent == [[{"type": "image_url", "image_url": {"url": expected, "detail": "auto"}}]] * 4
+    assert upstream.file_hits == (1 if inline else 0), "fetched once for the whole thread, or left to the engine"
+
+
+def test_an_image_url_fetched_here_is_bounded_and_checked_on_every_redirect(upstream: ScriptedUpstream,
+                                                                            database_url: str):  # fmt: skip
+    answering(upstream)
+    upstream.files["report.pdf"] = pdf_with_text("not an image")
+    upstream.files["big.png"] = b"\x89PNG\r\n\x1a\n" + b"x" * 4096
+    upstream.files["empty.png"] = b""
+    upstream.redirects["metadata.png"] = "http://169.254.169.254/latest/meta-data/"
+    upstream.redirects["moved.png"] = f"{image_host(upstream)}/chart.png"
+    upstream.files["chart.png"] = base64.b64decode(PNG.split(",", 1)[1])
+    host = image_host(upstream)
+    config = UpstreamConfig(name="engine", base_url=upstream.url, kind="ollama", vision=True)  # type: ignore[attr-defined]
+    settings = Settings(upstreams=[config], probe=False, database_url=database_url, allowed_hosts=["127.0.0.1"],
+                        max_image_bytes=1024)  # fmt: skip
+    urls = {f"{host}/metadata.png": "its URL could not be fetched", f"{host}/missing.png": "its URL could not be fetched",
+            f"{host}/report.pdf": "does not lead to a PNG, JPEG, GIF, WebP or BMP image",
+            f"{host}/big.png": "its URL could not be fetched", f"{host}/empty.png": "it is empty",
+            "http://10.1.2.3/private.png": "its URL could not be fetched"}  # fmt: skip
+    with serve(create_app(settings)) as base:
+        server = Server(base, upstream)
+        content = [{"type": "input_image", "image_url": url} for url in [*urls, f"{host}/moved.png"]]
+        responses(server, input=[{"role": "user", "content": content}])
+    body = upstream.requests[-1]
+    assert image_parts(body) == [{"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}], "followed to an allowed host"
+    texts = sent_texts(body)
+    assert all(why in texts for why in urls.values())
+    assert texts.count("cannot be shown to the model") == len(urls)
+
+
+def test_an_image_url_that_does_not_answer_in_time_is_a_note(upstream: ScriptedUpstream, database_url: str,
+                                                             monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    monkeypatch.setattr("responsekit.orchestration.attachments.IMAGE_FETCH_TIMEOUT", 0.3)
+    answering(upstream)
+    upstream.files["slow.png"] = base64.b64decode(PNG.split(",", 1)[1])
+    upstream.file_delay = 3.0
+    config = UpstreamConfig(name="engine", base_url=upstream.url, kind="ollama", vision=True)  # type: ignore[attr-defined]
+    settings = Settings(upstreams=[config], probe=False, database_url=database_url, allowed_hosts=["127.0.0.1"])
+    with serve(create_app(settings)) as base:
+        content = [{"type": "input_image", "image_url": f"{image_host(upstream)}/slow.png"}]
+        started = time.monotonic()
+        responses(Server(base, upstream), input=[{"role": "user", "content": content}])
+        assert time.monotonic() - started < 2.5
+    assert image_parts(upstream.requests[-1]) == [] and "its URL could not be fetched" in sent_texts(upstream.requests[-1])
+
+
+def test_the_vision_model_is_shown_an_image_by_url_inline_when_its_engine_does_not_fetch(database_url: str):
+    text, vision = ScriptedUpstream(), ScriptedUpstream(models=("vision-model",))
+    text.responder = lambda body: text_exchange("ok")
+    vision.responder = lambda body: text_exchange("A chart going up.")
+    vision.files["chart.png"] = base64.b64decode(PNG.split(",", 1)[1])
+    with serve(text.app) as text_url, serve(vision.app) as vision_url:
+        vision.url = f"{vision_url}/v1"  # type: ignore[attr-defined]
+        upstreams = [UpstreamConfig(name="text", base_url=f"{text_url}/v1", vision=False),
+                     UpstreamConfig(name="vision", base_url=f"{vision_url}/v1", kind="ollama", vision=True)]  # fmt: skip
+        settings = Settings(upstreams=upstreams, probe=False, database_url=database_url, vision_model="vision-model",
+                            allowed_hosts=["127.0.0.1"])  # fmt: skip
+        with serve(create_app(settings)) as base:
+            url = f"{image_host(vision)}/chart.png"
+            first = responses(Server(base, text), input=[{"role": "user", "content": [{"type": "input_image", "image_url": url}]}])
+            responses(Server(base, text), input="more", previous_response_id=first["id"])
+    assert [image_parts(body) for body in vision.requests] == [[{"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}]]
+    assert all("another model described the image: A chart going up.]" in sent_texts(body) for body in text.requests)
+    assert vision.file_hits == 1
 
 
 # --- bad input: a note, never an error -------------------------------------------------------

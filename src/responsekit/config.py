@@ -90,6 +90,9 @@ class UpstreamConfig(BaseModel):
     """Whether the models here read images: `true` or `false` for all of them, or a table by model
     name. Unset: asked of engines that tell (llama.cpp's `/props`, Ollama, LM Studio), else
     learned from the first refusal of an image (docs/attachments.md)."""
+    fetches_image_urls: bool | None = None
+    """Whether the engine fetches an image given by http(s) URL itself; when not, ResponseKit
+    fetches it (under the URL policy) and sends it inline (default by kind: docs/attachments.md)."""
     headers: dict[str, str] = Field(default_factory=dict)
     api: Literal["chat", "completions"] = "chat"
     """`completions`: a raw `/completions` engine; ResponseKit renders the chat template and parses."""

@@ -35,6 +35,11 @@ class Backend(Protocol):
         """Where `reads_images` comes from, for `/health` and the inspector (None: nobody said)."""
         ...
 
+    def fetches_image_urls(self, model: str) -> bool:
+        """Whether the engine fetches an image given by http(s) URL itself; when not, the image is
+        fetched here and sent inline as a data URL (`orchestration/attachments.py`)."""
+        ...
+
     def learn_text_only(self, model: str) -> None:
         """The engine refused `model` an image: from now on it gets none (`orchestration/attachments.py`)."""
         ...

@@ -71,6 +71,13 @@ class Dialect:
     max_tokens_field: str = "max_tokens"
     developer_role: bool = False
     prompt_cache_key: bool = False
+    fetches_image_urls: bool = True
+    """The engine fetches an image by http(s) URL itself. Ollama's OpenAI-compatible endpoint takes
+    base64 images only (https://docs.ollama.com/api/openai-compatibility, "Image URL" unchecked);
+    LM Studio documents images as files or base64 only, no URL fetching
+    (https://lmstudio.ai/docs/python/llm-prediction/image-input); an engine of unknown kind may
+    not fetch: those get images inline. OpenAI, vLLM, SGLang and llama.cpp's server (`handle_media` in
+    tools/server/server-common.cpp: up to 10 MB within 10 s) fetch them."""
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -85,9 +92,9 @@ DIALECTS: dict[str, Dialect] = {
     "llamacpp": Dialect(True, "both", "reasoning_content"),
     "vllm": Dialect(True, "both", "reasoning_content"),
     "sglang": Dialect(True, "both", "reasoning_content"),
-    "ollama": Dialect(True, "reasoning_effort", "reasoning"),
-    "lmstudio": Dialect(True, "reasoning_effort", "reasoning_content"),
-    "generic": Dialect(True, "reasoning_effort", "reasoning_content"),
+    "ollama": Dialect(True, "reasoning_effort", "reasoning", fetches_image_urls=False),
+    "lmstudio": Dialect(True, "reasoning_effort", "reasoning_content", fetches_image_urls=False),
+    "generic": Dialect(True, "reasoning_effort", "reasoning_content", fetches_image_urls=False),
 }
 
 _OWNED_BY_KIND = {"llamacpp": "llamacpp", "vllm": "vllm", "sglang": "sglang", "ollama": "ollama"}
@@ -186,7 +193,7 @@ class ChatUpstream:
         base = DIALECTS.get(self.kind, DIALECTS["generic"])
         options = {
             key: value
-            for key in ("merge_system", "reasoning_effort_param", "reasoning_history_field")
+            for key in ("merge_system", "reasoning_effort_param", "reasoning_history_field", "fetches_image_urls")
             if (value := getattr(self.config, key)) is not None
         }
         return replace(base, **options) if options else base
@@ -281,6 +288,9 @@ class ChatUpstream:
 
     def learn_text_only(self, model: str) -> None:
         self._text_only.add(model)
+
+    def fetches_image_urls(self, model: str) -> bool:
+        return self.dialect.fetches_image_urls
 
     async def aclose(self) -> None:
         await self._engine.aclose()
@@ -507,18 +517,34 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[str, Any]]:
     messages = list(messages)
     out: list[dict[str, Any]] = []
+    tool_images: list[dict[str, Any]] = []
+    """Images of the tool results just rendered: a chat `tool` message's content parts are text
+    only (https://platform.openai.com/docs/api-reference/chat/create, tool message), so they
+    follow the tool results in a user message: the next one, else one of their own (two user
+    messages in a row break templates that want the roles to alternate)."""
     if dialect.merge_system:
         texts = [m.text() for m in messages if m.role in ("system", "developer")]
         if texts:
             out.append({"role": "system", "content": "\n\n".join(texts)})
     for message in messages:
         role = message.role
+        images_first: list[dict[str, Any]] = []
+        if role != "tool" and tool_images:
+            if role == "user":
+                images_first = tool_images
+            else:
+                out.append({"role": "user", "content": tool_images})
+            tool_images = []
         if role in ("system", "developer"):
             if not dialect.merge_system:
                 keep = role == "system" or dialect.developer_role
                 out.append({"role": role if keep else "system", "content": message.text()})
         elif role == "user":
-            out.append({"role": "user", "content": _render_content(message)})
+            content = _render_content(message)
+            if images_first:
+                own = ([{"type": "text", "text": content}] if content else []) if isinstance(content, str) else content
+                content = images_first + own
+            out.append({"role": "user", "content": content})
         elif role == "assistant":
             rendered: dict[str, Any] = {"role": "assistant", "content": message.text() or None}
             if message.tool_calls:
@@ -533,7 +559,17 @@ def render_messages(messages: Iterable[Message], dialect: Dialect) -> list[dict[
             out.append(rendered)
         else:
             out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text()})
+            images = [part for part in message.content if isinstance(part, ImagePart)]
+            if images:
+                tool_images.append({"type": "text", "text": f"[the image(s) of tool result {message.tool_call_id}]"})
+                tool_images += [_image_part(part) for part in images]
+    if tool_images:
+        out.append({"role": "user", "content": tool_images})
     return out
+
+
+def _image_part(part: ImagePart) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": part.url, "detail": part.detail}}
 
 
 def _render_content(message: Message) -> str | list[dict[str, Any]]:
@@ -542,7 +578,7 @@ def _render_content(message: Message) -> str | list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for part in message.content:
         if isinstance(part, ImagePart):
-            parts.append({"type": "image_url", "image_url": {"url": part.url, "detail": part.detail}})
+            parts.append(_image_part(part))
         elif isinstance(part, TextPart):
             parts.append({"type": "text", "text": part.text})
     return parts

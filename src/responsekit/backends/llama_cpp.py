@@ -139,6 +139,10 @@ class LlamaCppBackend:
     def learn_text_only(self, model: str) -> None:
         """Nothing to learn: it never gets an image."""
 
+    def fetches_image_urls(self, model: str) -> bool:
+        """It never gets an image (`reads_images`)."""
+        return False
+
     @property
     def context_window(self) -> int:
         return self.config.context

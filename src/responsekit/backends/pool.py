@@ -194,6 +194,10 @@ class Pool:
                 return member.upstream.images_source(model)
         return None
 
+    def fetches_image_urls(self, model: str) -> bool:
+        """Only when every member does: the request may go to any of them."""
+        return all(member.upstream.fetches_image_urls(model) for member in self.members)
+
     def learn_text_only(self, model: str) -> None:
         for member in self.members:
             member.upstream.learn_text_only(model)

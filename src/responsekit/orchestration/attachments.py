@@ -5,8 +5,9 @@ frontend's path (Responses through the orchestrator, Chat and Messages from thei
 
 - documents (`FilePart`: data, a Files API id, a URL) become their text for every model, PDF
   text extracted, cut beyond a bound, kept by the hash of their bytes;
-- a model that reads images gets them unchanged, one that does not gets, in each image's
-  place, a short text that says an image was attached and cannot be shown to it;
+- a model that reads images gets them unchanged (an image by URL fetched here and sent inline
+  when its engine does not fetch URLs itself), one that does not gets, in each image's place,
+  a short text that says an image was attached and cannot be shown to it;
 - an image or a document that cannot be used (a broken data URL, zero bytes, too large, a
   URL to a non-public address, a file that is not there) becomes such a text too, never an
   error: clients replay their whole history on every turn, and one bad attachment in it
@@ -63,6 +64,10 @@ DESCRIBE = (
     "Describe this image for someone who cannot see it: what it shows, and every text, number, "
     "code or data in it, written out exactly. Reply with the description only."
 )
+IMAGE_FETCH_TIMEOUT = 20.0
+"""Seconds to fetch an image by URL for an engine that does not fetch it itself."""
+INLINED_KEPT_BYTES = 64 * 2**20
+"""How much of the images fetched for such engines is kept in memory (least recently used out)."""
 DESCRIPTION_TIMEOUT = 120.0
 """Seconds a vision model has to describe one image; past them, the note without description."""
 
@@ -87,9 +92,11 @@ _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?
 
 @dataclass(slots=True)
 class _Notes:
-    """What one preparation replaced, for its one warning."""
+    """What one preparation replaced, for its one warning (and how it gives images by URL)."""
 
     text_only: int = 0
+    inline: bool = False
+    """The engine does not fetch image URLs: they are fetched here and sent as data URLs."""
     unusable: list[str] = field(default_factory=list)
 
 
@@ -118,6 +125,9 @@ class Attachments:
         self.max_document_chars = max_document_chars
         self._texts: OrderedDict[str, str] = OrderedDict()
         """What attachments read as, by kind and hash: the store's rows this process read last."""
+        self._inlined: OrderedDict[str, str] = OrderedDict()
+        """Images fetched for engines that do not fetch URLs, as data URLs, by URL (`_inline`)."""
+        self._inlined_bytes = 0
 
     # --- before the engine ---------------------------------------------------------------
 
@@ -129,7 +139,7 @@ class Attachments:
         if not any(isinstance(part, (ImagePart, FilePart)) for m in generation.messages for part in m.content):
             return generation
         reads = backend.reads_images(generation.model)
-        notes = _Notes()
+        notes = _Notes(inline=reads is not False and not backend.fetches_image_urls(generation.model))
         messages = [await self._message(message, reads, owner, notes) for message in generation.messages]
         if notes.text_only:
             log.warning("model %s reads text only: %d image(s) given to it as a note that an image was attached",
@@ -173,6 +183,10 @@ class Attachments:
                 return replace(part, url=url, file_id=None)
         elif part.url.startswith("data:"):
             why = self._data_url_fault(part.url)
+        elif part.url.startswith(("http://", "https://")) and notes.inline:
+            url, why = await self._inline(part.url)
+            if url is not None:
+                return replace(part, url=url)
         elif part.url.startswith(("http://", "https://")):
             # The engine fetches it: it must not be led into this server's own network.
             refused = await self.urls.refusal(part.url, unresolved_ok=True)
@@ -183,6 +197,33 @@ class Attachments:
             return part
         notes.unusable.append(f"an image ({why})")
         return TextPart(unusable_image(why))
+
+    async def _inline(self, url: str) -> tuple[str | None, str]:
+        """The image at `url` as a data URL, fetched under the URL policy (each redirect checked,
+        at most `max_image_bytes`), for engines that do not fetch URLs; or why it cannot be one.
+        Kept in memory by URL, so a history replayed on every turn fetches it once and sends the
+        same bytes."""
+        found = self._inlined.get(url)
+        if found is not None:
+            self._inlined.move_to_end(url)
+            return found, ""
+        try:
+            async with asyncio.timeout(IMAGE_FETCH_TIMEOUT):  # the whole fetch, redirects included
+                data = await self.urls.fetch(url, self.max_image_bytes, timeout=IMAGE_FETCH_TIMEOUT)
+        except (FetchError, TimeoutError) as exc:
+            log.warning("the image at %s cannot be fetched: %r", url, exc)
+            return None, "its URL could not be fetched"
+        if not data:
+            return None, "it is empty"
+        media = _image_type(data)
+        if media is None:
+            return None, "its URL does not lead to a PNG, JPEG, GIF, WebP or BMP image"
+        inlined = f"data:{media};base64,{base64.b64encode(data).decode()}"
+        self._inlined[url] = inlined
+        self._inlined_bytes += len(inlined)
+        while self._inlined_bytes > INLINED_KEPT_BYTES and len(self._inlined) > 1:
+            self._inlined_bytes -= len(self._inlined.popitem(last=False)[1])
+        return inlined, ""
 
     def _data_url_fault(self, url: str) -> str | None:
         """Why a `data:` URL is no usable image, or None."""
@@ -333,6 +374,12 @@ class Attachments:
         if backend.reads_images(model) is False:
             log.warning("the vision model %s reads text only: it cannot describe images", self.vision_model)
             return None
+        if url.startswith(("http://", "https://")) and not backend.fetches_image_urls(model):
+            inlined, why = await self._inline(url)
+            if inlined is None:
+                log.warning("the vision model %s cannot be shown the image at %s: %s", self.vision_model, url, why)
+                return None
+            url = inlined
         request = GenerationRequest(
             model=model,
             messages=[Message("user", [TextPart(DESCRIBE), ImagePart(url)])],
@@ -399,6 +446,22 @@ _UNREADABLE_PDF = "\x00unreadable PDF"
 _BINARY = "\x00binary"
 """What a PDF whose text cannot be read and a binary file read as (never a document's text:
 NUL is not storable, so these stay in memory)."""
+
+
+_IMAGE_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"BM", "image/bmp"),
+)
+
+
+def _image_type(data: bytes) -> str | None:
+    """The media type of an image by its first bytes (a server's Content-Type may say anything)."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((media for signature, media in _IMAGE_SIGNATURES if data.startswith(signature)), None)
 
 
 def _digest(data: bytes) -> str:
