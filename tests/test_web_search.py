@@ -1081,3 +1081,20 @@ def test_claude_code_web_fetch_through_connect_claude(upstream, tmp_path):
     assert result["type"] == "result" and result["is_error"] is False, result
     assert site.hits == ["/etna.html"], "Claude Code fetched the page itself, once"
     assert f"WebFetch gave: The page says: {fact}" in result["result"], result["result"]
+
+
+def test_include_web_search_call_results_adds_no_field_the_item_has_not(server, engine):
+    """`web_search_call.results` is one of the spec's `include` values, but its `web_search_call`
+    item has only `id`, `type`, `status` and `action`: accepted, and the item stays the spec's
+    (the sources come with `web_search_call.action.sources`)."""
+    server.upstream.responder = searching(("web_search", {"query": "etna"}))
+    for include, sources in ((["web_search_call.results"], False),
+                             (["web_search_call.results", "web_search_call.action.sources"], True)):  # fmt: skip
+        answer = httpx.post(f"{server.base_url}/responses", timeout=60, json={
+            "model": "test-model", "input": "Etna?", "include": include, "tools": [{"type": "web_search"}]})  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        response = answer.json()
+        check_response(response)
+        search = response["output"][0]
+        assert set(search) == {"id", "type", "status", "action"} and search["status"] == "completed"
+        assert ("sources" in search["action"]) is sources
