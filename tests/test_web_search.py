@@ -869,7 +869,7 @@ FETCH_TOOL = {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 3}
 def test_messages_fetch_blocks_streamed_and_folded_by_the_sdk(server, site):
     server.upstream.responder = searching(("web_fetch", {"url": f"{site.url}/etna.html"}),
                                           answer="Etna is a World Heritage Site.")  # fmt: skip
-    request = {"model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": "Read the Etna page."}],
+    request = {"model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": f"Read {site.url}/etna.html."}],
                "tools": [*MESSAGE_TOOLS, FETCH_TOOL | {"citations": {"enabled": True}, "max_content_tokens": 50}]}  # fmt: skip
     events = messages_stream(server.url, request)  # each event validated against the SDK's types
     use, result, text = [e["content_block"] for e in events if e["type"] == "content_block_start"][-3:]
@@ -919,7 +919,9 @@ def test_messages_fetch_reads_pdf_and_text(server, site):
     server.upstream.responder = searching(("web_fetch", {"url": f"{site.url}/stromboli.pdf"}),
                                           ("web_fetch", {"url": f"{site.url}/notes.txt"}), answer="Read both.")  # fmt: skip
     answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
-        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": "Read them."}],
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": f"Read {site.url}/stromboli.pdf"},
+            {"type": "text", "text": f"and <{site.url}/notes.txt>."}]}],
         "tools": [FETCH_TOOL]})  # fmt: skip
     assert answer.status_code == 200, answer.text
     message = AnthropicMessage.model_validate(answer.json(), strict=True)
@@ -944,7 +946,7 @@ FETCH_FAILURES = [
 def test_messages_fetch_failures_are_error_blocks(server, site, path, options, code):
     server.upstream.responder = searching(("web_fetch", {"url": f"{site.url}{path}" if path else ""}), answer="Sorry.")
     answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
-        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": "Read it."}],
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": f"Read {site.url}{path}"}],
         "tools": [FETCH_TOOL | options]})  # fmt: skip
     assert answer.status_code == 200, answer.text
     message = AnthropicMessage.model_validate(answer.json(), strict=True)
@@ -956,7 +958,7 @@ def test_messages_fetch_failures_are_error_blocks(server, site, path, options, c
 def test_messages_fetch_max_uses_and_tool_choice(server, site):
     server.upstream.responder = searching(*[("web_fetch", {"url": f"{site.url}/notes.txt"})] * 2, answer="Done.")
     answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
-        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": "Read it twice."}],
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": f"Read {site.url}/notes.txt twice."}],
         "tools": [FETCH_TOOL | {"max_uses": 1}, ANTHROPIC_TOOL], "tool_choice": {"type": "tool", "name": "web_fetch"}})  # fmt: skip
     assert answer.status_code == 200, answer.text
     message = AnthropicMessage.model_validate(answer.json(), strict=True)
@@ -965,6 +967,25 @@ def test_messages_fetch_max_uses_and_tool_choice(server, site):
     first = server.upstream.requests[0]
     assert first["tool_choice"] == {"type": "function", "function": {"name": "web_fetch"}}, "the fetch forced"
     assert [t["function"]["name"] for t in first["tools"]] == ["web_search", "web_fetch"]
+
+
+def test_messages_fetch_only_urls_already_in_the_conversation(server, site, engine):
+    """Anthropic's rule: the user's URLs, tool results' and this request's search results' may be
+    fetched; one the model makes up (a page's planted instruction, say) is `url_not_in_prior_context`."""
+    made_up = f"{site.url}/notes.txt?secret=hunter2"
+    server.upstream.responder = searching(("web_fetch", {"url": made_up}), ("web_search", {"query": "etna"}),
+                                          ("web_fetch", {"url": f"{site.url}/etna.html"}),
+                                          ("web_fetch", {"url": f"{site.url}/stromboli.pdf"}), answer="Done.")  # fmt: skip
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": "What erupts?"}],
+        "tools": [ANTHROPIC_TOOL, FETCH_TOOL | {"max_uses": 5}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    message = AnthropicMessage.model_validate(answer.json(), strict=True)
+    results = [block.content for block in message.content if block.type == "web_fetch_tool_result"]
+    assert results[0].type == "web_fetch_tool_result_error" and results[0].error_code == "url_not_in_prior_context"
+    assert [r.type for r in results[1:]] == ["web_fetch_result", "web_fetch_result"], "the search named them"
+    assert "/notes.txt" not in site.hits
+    assert message.usage.server_tool_use.web_search_requests == 1 and message.usage.server_tool_use.web_fetch_requests == 3
 
 
 @pytest.mark.parametrize(("option", "value"), [("max_uses", 0), ("max_content_tokens", "many"),

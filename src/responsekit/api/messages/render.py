@@ -52,7 +52,8 @@ _CITATION = re.compile(r"\[(\d{1,4})\]")
 SEARCH_ERRORS = {"rate_limited": "too_many_requests", "budget": "max_uses_exceeded"}
 """Why a search failed (`SearchError.outcome`) -> Anthropic's `error_code` (else `unavailable`)."""
 FETCH_ERRORS = {"refused": "url_not_allowed", "not_allowed": "url_not_allowed", "too_long": "url_too_long",
-                "invalid": "invalid_tool_input", "budget": "max_uses_exceeded", "too_large": "content_too_large",
+                "invalid": "invalid_tool_input", "not_in_context": "url_not_in_prior_context",
+                "budget": "max_uses_exceeded", "too_large": "content_too_large",
                 "unsupported": "unsupported_content_type", "timeout": "url_not_accessible",
                 "unreachable": "url_not_accessible", "http_error": "url_not_accessible"}  # fmt: skip
 """Why a fetch failed (`tools/web/fetch_tool.py`, `FetchError.outcome`) -> Anthropic's `error_code`

@@ -17,14 +17,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...backends import Backend
-from ...canonical.conversation import GenerationRequest, NamedToolChoice
+from ...canonical.conversation import GenerationRequest, NamedToolChoice, TextPart
 from ...canonical.sse import sse_event
 from ...operations import tracing
 from ...orchestration.rendering import drain, rendered
 from ...orchestration.tool_loop import with_server_tools
 from ...tools import ServerTools
 from ...tools.names import ToolOrigin, ToolSet
-from ...tools.web.fetch_tool import FETCH, add_web_fetch
+from ...tools.web.fetch_tool import FETCH, add_web_fetch, context_urls
 from ...tools.web.tool import NAMESPACE as WEB
 from ...tools.web.tool import SEARCH, add_web_search
 from ..auth import authorize
@@ -69,7 +69,9 @@ async def create_message(request: Request) -> Response:
         if translation.web_search is not None:
             add_web_search(server_tools, translation.web_search, web)
         if translation.web_fetch is not None:
-            add_web_fetch(server_tools, translation.web_fetch, web)
+            texts = [part.text for message in generation.messages if message.role in ("user", "tool")
+                     for part in message.content if isinstance(part, TextPart)]  # fmt: skip
+            add_web_fetch(server_tools, translation.web_fetch, web, context_urls(texts))
         toolset.add(server_tools.functions)
         generation.tools = toolset.offered()
         for function in (SEARCH, FETCH):  # a server tool forced: by the name the model knows
