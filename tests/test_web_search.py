@@ -934,6 +934,7 @@ def test_messages_fetch_reads_pdf_and_text(server, site):
 FETCH_FAILURES = [
     ("/binary", {}, "unsupported_content_type"),
     ("/missing", {}, "url_not_accessible"),
+    ("/slow", {}, "url_not_accessible"),
     ("/to-private", {}, "url_not_allowed"),
     ("/etna.html", {"blocked_domains": ["127.0.0.1"]}, "url_not_allowed"),
     ("/etna.html", {"allowed_domains": ["example.org"]}, "url_not_allowed"),
@@ -986,6 +987,19 @@ def test_messages_fetch_only_urls_already_in_the_conversation(server, site, engi
     assert [r.type for r in results[1:]] == ["web_fetch_result", "web_fetch_result"], "the search named them"
     assert "/notes.txt" not in site.hits
     assert message.usage.server_tool_use.web_search_requests == 1 and message.usage.server_tool_use.web_fetch_requests == 3
+
+
+def test_every_fetch_failure_has_an_error_code_of_the_sdk():
+    import typing
+
+    from anthropic.types import WebFetchToolResultErrorCode
+
+    from responsekit.api.messages.render import FETCH_ERRORS
+
+    codes = set(typing.get_args(WebFetchToolResultErrorCode))
+    assert set(FETCH_ERRORS.values()) <= codes
+    outcomes = {"refused", "too_large", "unsupported", "timeout", "unreachable", "http_error"}  # FetchError's
+    assert outcomes <= set(FETCH_ERRORS), "each way a page fails has its code"
 
 
 @pytest.mark.parametrize(("option", "value"), [("max_uses", 0), ("max_content_tokens", "many"),
