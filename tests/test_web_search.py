@@ -1133,3 +1133,32 @@ def test_include_web_search_call_results_adds_no_field_the_item_has_not(server, 
         search = response["output"][0]
         assert set(search) == {"id", "type", "status", "action"} and search["status"] == "completed"
         assert ("sources" in search["action"]) is sources
+
+
+def test_a_fetch_replayed_from_anthropic_reaches_the_model(server):
+    """A turn begun on Anthropic's API: its fetched PDF (a base64 document) and a failed fetch."""
+    import base64
+
+    server.upstream.responder = lambda body: text_exchange("Noted.")
+    pdf = base64.b64encode(pdf_with_text(PDF_TEXT)).decode()
+    content = [
+        {"type": "server_tool_use", "id": "srvtoolu_01A", "name": "web_fetch", "input": {"url": "https://example.com/s.pdf"}},
+        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_01A", "content": {
+            "type": "web_fetch_result", "url": "https://example.com/s.pdf", "retrieved_at": "2025-08-25T10:30:02Z",
+            "content": {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+                        "title": "Stromboli", "citations": {"enabled": True}}}},
+        {"type": "server_tool_use", "id": "srvtoolu_01B", "name": "web_fetch", "input": {"url": "https://example.com/x"}},
+        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_01B",
+         "content": {"type": "web_fetch_tool_result_error", "error_code": "url_not_accessible"}},
+        {"type": "text", "text": "Stromboli erupts."},
+    ]  # fmt: skip
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 100, "tools": [FETCH_TOOL], "messages": [
+            {"role": "user", "content": "Read https://example.com/s.pdf"}, {"role": "assistant", "content": content},
+            {"role": "user", "content": "Thanks"}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    messages = server.upstream.requests[-1]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "user"]
+    assert messages[2]["content"].startswith("Stromboli\nURL: https://example.com/s.pdf") and PDF_TEXT in messages[2]["content"]
+    assert messages[4]["content"] == "Error: the page could not be fetched (url_not_accessible)."
+    assert json.loads(messages[3]["tool_calls"][0]["function"]["arguments"]) == {"url": "https://example.com/x"}
