@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from .harness import (
 from .test_claude_code import CLAUDE
 from .test_messages import HEADERS as MESSAGE_HEADERS
 from .test_messages import TOOLS as MESSAGE_TOOLS
+from .test_messages import client as anthropic_client
 from .test_messages import stream as messages_stream
 from .test_real_clients import JS, codex_home, run_codex
 from .test_vector_stores import pdf_with_text
@@ -856,3 +858,307 @@ def test_allowed_tools_may_name_web_search(server, engine):
             "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": allowed}}).json()  # fmt: skip
         check_response(response)
         assert [t["function"]["name"] for t in server.upstream.requests[before]["tools"]] == offered
+
+
+# --- Messages API: the web_fetch server tool -----------------------------------------------
+
+
+FETCH_TOOL = {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 3}
+
+
+def test_messages_fetch_blocks_streamed_and_folded_by_the_sdk(server, site):
+    server.upstream.responder = searching(("web_fetch", {"url": f"{site.url}/etna.html"}),
+                                          answer="Etna is a World Heritage Site.")  # fmt: skip
+    request = {"model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": f"Read {site.url}/etna.html."}],
+               "tools": [*MESSAGE_TOOLS, FETCH_TOOL | {"citations": {"enabled": True}, "max_content_tokens": 50}]}  # fmt: skip
+    events = messages_stream(server.url, request)  # each event validated against the SDK's types
+    use, result, text = [e["content_block"] for e in events if e["type"] == "content_block_start"][-3:]
+    assert use["type"] == "server_tool_use" and use["name"] == "web_fetch" and use["id"].startswith("srvtoolu_")
+    arguments = "".join(e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta"
+                        and e["delta"]["type"] == "input_json_delta")  # fmt: skip
+    assert json.loads(arguments) == {"url": f"{site.url}/etna.html"}
+    assert result["type"] == "web_fetch_tool_result" and result["tool_use_id"] == use["id"]
+    page = result["content"]
+    assert page["type"] == "web_fetch_result" and page["url"] == f"{site.url}/etna.html" and page["retrieved_at"]
+    document = page["content"]
+    assert document["type"] == "document" and document["title"] == "Mount Etna"
+    assert document["citations"] == {"enabled": True} and document["source"]["media_type"] == "text/plain"
+    assert document["source"]["data"].startswith("Mount Etna\nMount Etna, on the east coast of Sicily")
+    assert len(document["source"]["data"]) <= 50 * 4 + 2, "max_content_tokens bounds the page (about 4 characters a token)"
+    assert "tracking" not in document["source"]["data"] and "Copyright" not in document["source"]["data"]
+    assert text == {"type": "text", "text": ""}
+    assert events[-2]["usage"]["server_tool_use"] == {"web_search_requests": 0, "web_fetch_requests": 1}
+    offered = [tool["function"]["name"] for tool in server.upstream.requests[0]["tools"]]
+    assert offered == ["get_weather", "web_fetch"]
+    assert tool_outputs(server.upstream)[0].startswith(f"Mount Etna\nURL: {site.url}/etna.html\n\nMount Etna\nMount Etna, on")
+
+    # The anthropic SDK's stream helper folds the same stream into its Message.
+    with anthropic_client(server.url).messages.stream(**request) as stream:
+        message = stream.get_final_message()
+    assert [block.type for block in message.content] == ["server_tool_use", "web_fetch_tool_result", "text"]
+    assert message.content[0].input == {"url": f"{site.url}/etna.html"}
+    assert message.content[1].content.content.title == "Mount Etna"
+    assert message.usage.server_tool_use is not None and message.usage.server_tool_use.web_fetch_requests == 1
+
+    # The turn replayed: the model reads the fetch and the page again.
+    server.upstream.responder = lambda body: text_exchange("You are welcome.")
+    content = [use | {"input": {"url": f"{site.url}/etna.html"}}, result, {"type": "text", "text": "A heritage site."}]
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={**request, "messages": [
+        *request["messages"], {"role": "assistant", "content": content}, {"role": "user", "content": "Thanks"}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    AnthropicMessage.model_validate(answer.json(), strict=True)
+    messages = server.upstream.requests[-1]["messages"]
+    assert messages[1]["tool_calls"][0]["id"] == use["id"]
+    assert messages[1]["tool_calls"][0]["function"] == {"name": "web_fetch", "arguments": json.dumps({"url": f"{site.url}/etna.html"})}
+    assert messages[2]["role"] == "tool" and messages[2]["content"].startswith(f"Mount Etna\nURL: {site.url}/etna.html")
+    assert "east coast of Sicily" in messages[2]["content"]
+    assert messages[3] == {"role": "assistant", "content": "A heritage site."}
+
+
+def test_messages_fetch_reads_pdf_and_text(server, site):
+    server.upstream.responder = searching(("web_fetch", {"url": f"{site.url}/stromboli.pdf"}),
+                                          ("web_fetch", {"url": f"{site.url}/notes.txt"}), answer="Read both.")  # fmt: skip
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": f"Read {site.url}/stromboli.pdf"},
+            {"type": "text", "text": f"and <{site.url}/notes.txt>."}]}],
+        "tools": [FETCH_TOOL]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    message = AnthropicMessage.model_validate(answer.json(), strict=True)
+    assert [block.type for block in message.content] == ["server_tool_use", "web_fetch_tool_result"] * 2 + ["text"]
+    pdf, notes = message.content[1].content, message.content[3].content
+    assert PDF_TEXT in pdf.content.source.data and notes.content.source.data == NOTES
+    assert message.usage.server_tool_use.web_fetch_requests == 2
+
+
+FETCH_FAILURES = [
+    ("/binary", {}, "unsupported_content_type"),
+    ("/missing", {}, "url_not_accessible"),
+    ("/slow", {}, "url_not_accessible"),
+    ("/to-private", {}, "url_not_allowed"),
+    ("/etna.html", {"blocked_domains": ["127.0.0.1"]}, "url_not_allowed"),
+    ("/etna.html", {"allowed_domains": ["example.org"]}, "url_not_allowed"),
+    ("/" + "a" * 300, {}, "url_too_long"),
+    ("", {}, "invalid_tool_input"),
+]
+
+
+@pytest.mark.parametrize(("path", "options", "code"), FETCH_FAILURES)
+def test_messages_fetch_failures_are_error_blocks(server, site, path, options, code):
+    server.upstream.responder = searching(("web_fetch", {"url": f"{site.url}{path}" if path else ""}), answer="Sorry.")
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": f"Read {site.url}{path}"}],
+        "tools": [FETCH_TOOL | options]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    message = AnthropicMessage.model_validate(answer.json(), strict=True)
+    assert [block.type for block in message.content] == ["server_tool_use", "web_fetch_tool_result", "text"]
+    assert answer.json()["content"][1]["content"] == {"type": "web_fetch_tool_result_error", "error_code": code}
+    assert tool_outputs(server.upstream)[0].startswith("Error: ")
+
+
+def test_messages_fetch_max_uses_and_tool_choice(server, site):
+    server.upstream.responder = searching(*[("web_fetch", {"url": f"{site.url}/notes.txt"})] * 2, answer="Done.")
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": f"Read {site.url}/notes.txt twice."}],
+        "tools": [FETCH_TOOL | {"max_uses": 1}, ANTHROPIC_TOOL], "tool_choice": {"type": "tool", "name": "web_fetch"}})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    message = AnthropicMessage.model_validate(answer.json(), strict=True)
+    assert [block.type for block in message.content] == ["server_tool_use", "web_fetch_tool_result"] * 2 + ["text"]
+    assert answer.json()["content"][3]["content"] == {"type": "web_fetch_tool_result_error", "error_code": "max_uses_exceeded"}
+    first = server.upstream.requests[0]
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "web_fetch"}}, "the fetch forced"
+    assert [t["function"]["name"] for t in first["tools"]] == ["web_search", "web_fetch"]
+
+
+def test_messages_fetch_only_urls_already_in_the_conversation(server, site, engine):
+    """Anthropic's rule: the user's URLs, tool results' and this request's search results' may be
+    fetched; one the model makes up (a page's planted instruction, say) is `url_not_in_prior_context`."""
+    made_up = f"{site.url}/notes.txt?secret=hunter2"
+    server.upstream.responder = searching(("web_fetch", {"url": made_up}), ("web_search", {"query": "etna"}),
+                                          ("web_fetch", {"url": f"{site.url}/etna.html"}),
+                                          ("web_fetch", {"url": f"{site.url}/stromboli.pdf"}), answer="Done.")  # fmt: skip
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": "What erupts?"}],
+        "tools": [ANTHROPIC_TOOL, FETCH_TOOL | {"max_uses": 5}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    message = AnthropicMessage.model_validate(answer.json(), strict=True)
+    results = [block.content for block in message.content if block.type == "web_fetch_tool_result"]
+    assert results[0].type == "web_fetch_tool_result_error" and results[0].error_code == "url_not_in_prior_context"
+    assert [r.type for r in results[1:]] == ["web_fetch_result", "web_fetch_result"], "the search named them"
+    assert "/notes.txt" not in site.hits
+    assert message.usage.server_tool_use.web_search_requests == 1 and message.usage.server_tool_use.web_fetch_requests == 3
+
+
+def test_every_fetch_failure_has_an_error_code_of_the_sdk():
+    import typing
+
+    from anthropic.types import WebFetchToolResultErrorCode
+
+    from responsekit.api.messages.render import FETCH_ERRORS
+
+    codes = set(typing.get_args(WebFetchToolResultErrorCode))
+    assert set(FETCH_ERRORS.values()) <= codes
+    outcomes = {"refused", "too_large", "unsupported", "timeout", "unreachable", "http_error"}  # FetchError's
+    assert outcomes <= set(FETCH_ERRORS), "each way a page fails has its code"
+
+
+@pytest.mark.parametrize(("option", "value"), [("max_uses", 0), ("max_content_tokens", "many"),
+                                               ("allowed_domains", "example.org"), ("citations", True)])  # fmt: skip
+def test_malformed_web_fetch_tools_are_400s(server, option, value):
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}],
+        "tools": [FETCH_TOOL | {option: value}]})  # fmt: skip
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
+
+
+# --- Claude Code's WebFetch: a client tool, with its domain check skipped by `connect claude` ----
+
+
+def loopback_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (Claude Code's WebFetch asks for https:// even
+    when given http://), and its key."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]), critical=False)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .sign(key, hashes.SHA256()))  # fmt: skip
+    cert, private = directory / "site.crt", directory / "site.key"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))  # fmt: skip
+    return cert, private
+
+
+def serve_tls(app: Any, cert: Path, key: Path) -> Any:
+    """`serve`, over TLS with `cert`."""
+    import contextlib
+    import threading
+    import time
+
+    import uvicorn
+
+    @contextlib.contextmanager
+    def running() -> Iterator[str]:
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                               ssl_certfile=str(cert), ssl_keyfile=str(key)))  # fmt: skip
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the TLS site did not start"
+            time.sleep(0.01)
+        try:
+            yield f"https://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        finally:
+            server.should_exit = True
+            thread.join(10)
+
+    return running()
+
+
+def test_claude_code_web_fetch_through_connect_claude(upstream, tmp_path):
+    """Claude Code's WebFetch fetches the page itself and has the (small) model read it through
+    ResponseKit; `connect claude --write` sets `skipWebFetchPreflight`, so Claude Code does not
+    first ask api.anthropic.com whether the domain may be fetched (which fails behind a gateway)."""
+    fact = "The volcano is a UNESCO World Heritage Site since 2013."
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        offered = [tool["function"]["name"] for tool in body.get("tools") or ()]
+        answered = [m for m in body["messages"] if m["role"] == "tool"]
+        called = [call["function"]["name"] for m in body["messages"] for call in m.get("tool_calls") or ()]
+        said = json.dumps(body["messages"])
+        if not offered and "UNESCO World Heritage Site since 2013" in said:  # WebFetch's reading of the page
+            return text_exchange(f"The page says: {fact}")
+        if "WebFetch" in called:
+            return text_exchange(f"WebFetch gave: {str(answered[-1]['content'])[:600]}")
+        if "WebFetch" in offered:
+            return tool_call_exchange("WebFetch", {"url": f"{page}/etna.html", "prompt": "Is Etna a heritage site?"},
+                                      call_id="call_webfetch")  # fmt: skip
+        if "ToolSearch" in offered and "ToolSearch" not in called:  # WebFetch may be a deferred tool
+            return tool_call_exchange("ToolSearch", {"query": "select:WebFetch"}, call_id="call_toolsearch")
+        return text_exchange("OK.")
+
+    upstream.responder = respond
+    site = Site()
+    cert, key = loopback_certificate(tmp_path)
+    settings = Settings(upstreams=[UpstreamConfig(name="scripted", base_url=upstream.url)],  # type: ignore[attr-defined]
+                        probe=False, data_dir=tmp_path / "data")  # fmt: skip
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".claude").mkdir(parents=True)
+    work.mkdir()
+    clean = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
+    with serve(create_app(settings)) as url, serve_tls(site.app, cert, key) as page:
+        subprocess.run([sys.executable, "-m", "responsekit", "connect", "claude", "--url", url, "--api-key", "test",
+                        "--claude-home", str(home / ".claude"), "--write"], check=True, capture_output=True)  # fmt: skip
+        written = json.loads((home / ".claude" / "settings.json").read_text())
+        assert written["skipWebFetchPreflight"] is True
+        env = {**clean, "HOME": str(home), "IS_SANDBOX": "1", "NODE_EXTRA_CA_CERTS": str(cert)}
+        done = subprocess.run(
+            [str(CLAUDE), "-p", f"Fetch {page}/etna.html and tell me whether Etna is a heritage site.",
+             "--output-format", "stream-json", "--verbose", "--permission-mode", "bypassPermissions",
+             "--max-turns", "4"],
+            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    result = events[-1]
+    assert result["type"] == "result" and result["is_error"] is False, result
+    assert site.hits == ["/etna.html"], "Claude Code fetched the page itself, once"
+    assert f"WebFetch gave: The page says: {fact}" in result["result"], result["result"]
+
+
+def test_include_web_search_call_results_adds_no_field_the_item_has_not(server, engine):
+    """`web_search_call.results` is one of the spec's `include` values, but its `web_search_call`
+    item has only `id`, `type`, `status` and `action`: accepted, and the item stays the spec's
+    (the sources come with `web_search_call.action.sources`)."""
+    server.upstream.responder = searching(("web_search", {"query": "etna"}))
+    for include, sources in ((["web_search_call.results"], False),
+                             (["web_search_call.results", "web_search_call.action.sources"], True)):  # fmt: skip
+        answer = httpx.post(f"{server.base_url}/responses", timeout=60, json={
+            "model": "test-model", "input": "Etna?", "include": include, "tools": [{"type": "web_search"}]})  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        response = answer.json()
+        check_response(response)
+        search = response["output"][0]
+        assert set(search) == {"id", "type", "status", "action"} and search["status"] == "completed"
+        assert ("sources" in search["action"]) is sources
+
+
+def test_a_fetch_replayed_from_anthropic_reaches_the_model(server):
+    """A turn begun on Anthropic's API: its fetched PDF (a base64 document) and a failed fetch."""
+    import base64
+
+    server.upstream.responder = lambda body: text_exchange("Noted.")
+    pdf = base64.b64encode(pdf_with_text(PDF_TEXT)).decode()
+    content = [
+        {"type": "server_tool_use", "id": "srvtoolu_01A", "name": "web_fetch", "input": {"url": "https://example.com/s.pdf"}},
+        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_01A", "content": {
+            "type": "web_fetch_result", "url": "https://example.com/s.pdf", "retrieved_at": "2025-08-25T10:30:02Z",
+            "content": {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+                        "title": "Stromboli", "citations": {"enabled": True}}}},
+        {"type": "server_tool_use", "id": "srvtoolu_01B", "name": "web_fetch", "input": {"url": "https://example.com/x"}},
+        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_01B",
+         "content": {"type": "web_fetch_tool_result_error", "error_code": "url_not_accessible"}},
+        {"type": "text", "text": "Stromboli erupts."},
+    ]  # fmt: skip
+    answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json={
+        "model": "test-model", "max_tokens": 100, "tools": [FETCH_TOOL], "messages": [
+            {"role": "user", "content": "Read https://example.com/s.pdf"}, {"role": "assistant", "content": content},
+            {"role": "user", "content": "Thanks"}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    messages = server.upstream.requests[-1]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "user"]
+    assert messages[2]["content"].startswith("Stromboli\nURL: https://example.com/s.pdf") and PDF_TEXT in messages[2]["content"]
+    assert messages[4]["content"] == "Error: the page could not be fetched (url_not_accessible)."
+    assert json.loads(messages[3]["tool_calls"][0]["function"]["arguments"]) == {"url": "https://example.com/x"}

@@ -15,6 +15,13 @@ from Claude Code's LLM-gateway and environment-variable documentation:
   `ANTHROPIC_SMALL_FAST_MODEL` is left out: the documentation deprecates it for the haiku one.
 - `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`: no telemetry, error reporting or auto-update
   requests to Anthropic's hosts, which a machine using a local gateway may not reach.
+
+`--write` also sets `skipWebFetchPreflight: true` (a setting, not a variable): Claude Code's
+WebFetch tool fetches pages itself, but first asks `api.anthropic.com/api/web/domain_info`
+whether the domain may be fetched, and refuses the page when that request fails, which it
+does wherever Anthropic's API cannot be reached. Claude Code's settings schema describes the
+key as "Skip the WebFetch blocklist check for enterprise environments with restrictive
+security policies" (docs/web-search.md, "What each client sees").
 """
 
 from __future__ import annotations
@@ -41,14 +48,19 @@ def claude_env(root: str, api_key: str, model: str, small_model: str) -> dict[st
     }
 
 
+SETTINGS: dict[str, Any] = {"skipWebFetchPreflight": True}
+"""Settings `--write` merges in beside `env`."""
+
+
 def settings_document(existing: str, env: dict[str, str]) -> str:
-    """`settings.json` with `env` merged in: other settings and other variables are kept."""
+    """`settings.json` with `env` and `SETTINGS` merged in: other settings and other variables are kept."""
     settings: dict[str, Any] = json.loads(existing) if existing.strip() else {}
     if not isinstance(settings, dict):
         raise TypeError("settings.json does not hold a JSON object")
     current = settings.get("env")
     if current is not None and not isinstance(current, dict):
         raise TypeError('the "env" of settings.json is not a JSON object')
+    settings.update(SETTINGS)
     settings["env"] = {**(current or {}), **env}
     return json.dumps(settings, indent=2) + "\n"
 

@@ -38,6 +38,8 @@ class ServerTools:
     runners: dict[tuple[str, str | None, str], Runner] = field(default_factory=dict)
     citations: int = 0
     """Search results numbered so far in this response (the next one is `citations + 1`)."""
+    urls: set[str] = field(default_factory=set)
+    """URLs the web tools' results named in this response (Anthropic's `web_fetch` may open them)."""
 
     def add(self, origin: ToolOrigin, function: FunctionTool, runner: Runner) -> None:
         self.functions.append((origin, function))

@@ -23,19 +23,19 @@ CUSTOM_INPUT = "input"
 class ToolOrigin:
     """What a model-facing function name stands for on the client's side.
 
-    `function` and `custom` calls go back to the client; `file_search`, `web_search` and
-    `mcp` calls the server runs itself (`namespace` is then the MCP server's label, or `web`
+    `function` and `custom` calls go back to the client; `file_search`, `web_search`,
+    `web_fetch` (Anthropic's server tool) and `mcp` calls the server runs itself (`namespace` is then the MCP server's label, or `web`
     for the web functions), unless they need the user's approval first.
     """
 
-    kind: Literal["function", "custom", "file_search", "web_search", "mcp"]
+    kind: Literal["function", "custom", "file_search", "web_search", "web_fetch", "mcp"]
     name: str
     namespace: str | None = None
     needs_approval: bool = False
 
     @property
     def server_side(self) -> bool:
-        return self.kind in ("file_search", "web_search", "mcp") and not self.needs_approval
+        return self.kind in ("file_search", "web_search", "web_fetch", "mcp") and not self.needs_approval
 
 
 @dataclass(slots=True)

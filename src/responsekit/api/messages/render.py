@@ -18,6 +18,8 @@ A web search the server runs (the `web_search_*` server tool, docs/web-search.md
 `server_tool_use` block, its results a `web_search_tool_result` block (each result's text sealed
 into its `encrypted_content`, so a replayed turn gives it to the model again), and the `[n]` the
 answer cites become `web_search_result_location` citations of its text block (`citations_delta`).
+A page the server fetched (the `web_fetch_*` server tool) is a `server_tool_use` block named
+`web_fetch`, then a `web_fetch_tool_result` block holding the page as a text `document`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...canonical.events import (
@@ -49,6 +51,13 @@ log = logging.getLogger(__name__)
 _CITATION = re.compile(r"\[(\d{1,4})\]")
 SEARCH_ERRORS = {"rate_limited": "too_many_requests", "budget": "max_uses_exceeded"}
 """Why a search failed (`SearchError.outcome`) -> Anthropic's `error_code` (else `unavailable`)."""
+FETCH_ERRORS = {"refused": "url_not_allowed", "not_allowed": "url_not_allowed", "too_long": "url_too_long",
+                "invalid": "invalid_tool_input", "not_in_context": "url_not_in_prior_context",
+                "budget": "max_uses_exceeded", "too_large": "content_too_large",
+                "unsupported": "unsupported_content_type", "timeout": "url_not_accessible",
+                "unreachable": "url_not_accessible", "http_error": "url_not_accessible"}  # fmt: skip
+"""Why a fetch failed (`tools/web/fetch_tool.py`, `FetchError.outcome`) -> Anthropic's `error_code`
+(the `anthropic` SDK's `WebFetchToolResultErrorCode`; else `unavailable`)."""
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 
@@ -82,10 +91,11 @@ class MessagesRenderer:
         seal: Callable[[str], str],
         show_thinking: bool = True,
         stop_sequences: list[str] | None = None,
-        server_tools: frozenset[str] = frozenset(),
+        server_tools: Mapping[str, str] | None = None,
         seal_result: Callable[[str], str] | None = None,
     ) -> None:
-        """`server_tools`: the model-facing names of the web functions the server runs;
+        """`server_tools`: the model-facing names of the web functions the server runs, and the
+        server tool each is (`web_search` or `web_fetch`);
         `seal_result` seals a search result's text into its `encrypted_content`."""
         self.id = new_id("msg")
         self.model = model
@@ -106,12 +116,13 @@ class MessagesRenderer:
         self._arguments: list[str] = []
         self._usage: Usage | None = None
         self._output_chars = 0
-        self._server_tools = server_tools
+        self._server_tools = dict(server_tools or {})
         self._seal_result = seal_result or (lambda text: text)
-        self._server_calls: dict[int, str] = {}
-        """Canonical index of a web call of the current generation -> its block's id."""
+        self._server_calls: dict[int, tuple[str, str]] = {}
+        """Canonical index of a web call of the current generation -> its block's id and server tool."""
         self._citations: dict[int, dict[str, Any]] = {}
         self._searches = 0
+        self._fetches = 0
         self._broken: Error | None = None
         """Set when a call's arguments are not a JSON object: a `tool_use` block cannot hold them,
         so the answer fails, as a Responses answer does."""
@@ -135,9 +146,10 @@ class MessagesRenderer:
             self._open_call = event.index
             self._arguments = []
             if event.name in self._server_tools:
-                block_id = self._server_calls[event.index] = new_id("srvtoolu")
+                block_id, tool = new_id("srvtoolu"), self._server_tools[event.name]
+                self._server_calls[event.index] = (block_id, tool)
                 return out + self._open_block("server_tool_use", {"type": "server_tool_use", "id": block_id,
-                                                                  "name": "web_search", "input": {}})  # fmt: skip
+                                                                  "name": tool, "input": {}})  # fmt: skip
             return out + self._open_block("tool_use", {"type": "tool_use", "id": event.id, "name": event.name,
                                                        "input": {}})  # fmt: skip
         if isinstance(event, ToolResult):
@@ -197,12 +209,16 @@ class MessagesRenderer:
         return out
 
     def _search_result(self, result: ToolResult) -> list[dict[str, Any]]:
-        """The `web_search_tool_result` block of a search the server ran (whole, at its start)."""
-        block_id = self._server_calls.pop(result.index, None)
-        if block_id is None:
+        """The `web_search_tool_result` block of a search the server ran (whole, at its start), or
+        the `web_fetch_tool_result` block of a page it fetched."""
+        call = self._server_calls.pop(result.index, None)
+        if call is None:
             return []
+        block_id, tool = call
         out = self._flush_text() + self._close()
         data = result.data or {}
+        if tool == "web_fetch":
+            return out + self._fetch_result(block_id, result, data)
         self._searches += 1
         self._citations.update(data.get("citations") or {})
         content: Any
@@ -214,6 +230,24 @@ class MessagesRenderer:
                         "encrypted_content": self._seal_result(hit["text"])} for hit in data.get("results") or ()]  # fmt: skip
         out += self._open_block("web_search_tool_result", {"type": "web_search_tool_result", "tool_use_id": block_id,
                                                            "content": content})  # fmt: skip
+        return out + self._close()
+
+    def _fetch_result(self, block_id: str, result: ToolResult, data: dict[str, Any]) -> list[dict[str, Any]]:
+        self._fetches += 1
+        content: dict[str, Any]
+        page = data.get("fetch")
+        if result.error or not isinstance(page, dict):
+            content = {"type": "web_fetch_tool_result_error",
+                       "error_code": FETCH_ERRORS.get(str(data.get("outcome")), "unavailable")}  # fmt: skip
+        else:
+            document: dict[str, Any] = {"type": "document", "title": page["title"],
+                                        "source": {"type": "text", "media_type": "text/plain", "data": page["text"]}}  # fmt: skip
+            if page.get("citations") is not None:
+                document["citations"] = {"enabled": page["citations"]}
+            content = {"type": "web_fetch_result", "url": page["url"], "retrieved_at": page["retrieved_at"],
+                       "content": document}  # fmt: skip
+        out = self._open_block("web_fetch_tool_result", {"type": "web_fetch_tool_result", "tool_use_id": block_id,
+                                                         "content": content})  # fmt: skip
         return out + self._close()
 
     def _cite(self, index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
@@ -311,8 +345,8 @@ class MessagesRenderer:
         cached = min(self._usage.cached_tokens, self._usage.input_tokens)
         usage: dict[str, Any] = {"input_tokens": self._usage.input_tokens - cached, "cache_creation_input_tokens": 0,
                                  "cache_read_input_tokens": cached, "output_tokens": self._usage.output_tokens}  # fmt: skip
-        if self._searches:
-            usage["server_tool_use"] = {"web_search_requests": self._searches, "web_fetch_requests": 0}
+        if self._searches or self._fetches:
+            usage["server_tool_use"] = {"web_search_requests": self._searches, "web_fetch_requests": self._fetches}
         return usage
 
 

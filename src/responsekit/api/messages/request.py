@@ -33,6 +33,7 @@ from ...canonical.conversation import (
 from ...canonical.errors import APIError
 from ...files.extract import ExtractionError, extract_text
 from ...orchestration.sealing import Sealer
+from ...tools.web.fetch_tool import FETCH, check_fetch_spec
 from ...tools.web.tool import SEARCH, check_spec
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class Translation:
     web_search: dict[str, Any] | None = None
     """The request's `web_search_*` server tool as a Responses web_search tool (search only:
     Anthropic's search reads no page), with its `max_uses`; run when the server has a search engine."""
+    web_fetch: dict[str, Any] | None = None
+    """The request's `web_fetch_*` server tool (`tools/web/fetch_tool.py`), run by the server's page reader."""
 
 
 _warned: set[str] = set()
@@ -94,7 +97,7 @@ def _warn_once(message: str) -> None:
 def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool = True,
               web_search: bool = False) -> Translation:  # fmt: skip
     """`web_search`: whether the server has a search engine to run `web_search_*` server tools with."""
-    tools, web = _tools(body.tools or [], web_search)
+    tools, web, fetch = _tools(body.tools or [], web_search)
     system = _system(body.system)
     messages: list[Message] = []
     for position, message in enumerate(body.messages):
@@ -111,7 +114,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         raise APIError(400, "No usable message in `messages`.", param="messages", code="invalid_value")
     if body.context_management:
         _warn_once("context_management is accepted and ignored: the history is sent to the engine as given")
-    choice, parallel = _tool_choice(body.tool_choice, tools, web)
+    choice, parallel = _tool_choice(body.tool_choice, tools, web, fetch)
     effort, show = _thinking(body.thinking, body.output_config)
     generation = GenerationRequest(model=body.model, messages=messages, tools=tools, tool_choice=choice,
                                    parallel_tool_calls=parallel, reasoning_effort=effort)  # fmt: skip
@@ -124,7 +127,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         user_id = (body.metadata or {}).get("user_id")
         if isinstance(user_id, str) and user_id:  # Claude Code's user_id names its session
             generation.affinity_key = f"user_id:{user_id}"
-    return Translation(generation, show, stops, web)
+    return Translation(generation, show, stops, web, fetch)
 
 
 def _without_billing_header(text: str) -> str:
@@ -150,18 +153,23 @@ def _system(system: str | list[Any] | None) -> list[str]:
     return texts
 
 
-def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict[str, Any] | None]:
-    """Client tools as functions, and the web search server tool when the server runs it
-    (docs/web-search.md). Other server tools (`code_execution_*`, `web_fetch_*`, Anthropic-defined
+def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict[str, Any] | None,
+                                                        dict[str, Any] | None]:  # fmt: skip
+    """Client tools as functions, and the web search and web fetch server tools when the server
+    runs them (docs/web-search.md). Other server tools (`code_execution_*`, Anthropic-defined
     `bash_*`/`text_editor_*`…) have no schema here and nobody to run them: left out with a warning.
     `defer_loading` tools are offered plainly, like the others (no tool search is run here)."""
     functions = []
     web: dict[str, Any] | None = None
+    fetch: dict[str, Any] | None = None
     for position, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise APIError(400, "Each tool must be an object.", param=f"tools.{position}", code="invalid_value")
         if str(tool.get("type") or "").startswith("web_search_") and web_search and web is None:
             web = _web_search(tool, f"tools.{position}")
+            continue
+        if str(tool.get("type") or "").startswith("web_fetch_") and web_search and fetch is None:
+            fetch = check_fetch_spec(tool, f"tools.{position}")
             continue
         if tool.get("type") not in (None, "custom"):
             log.warning("leaving out server tool %r (%s): this server does not run it", tool.get("name"), tool["type"])
@@ -174,7 +182,7 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
         strict = tool.get("strict")
         functions.append(FunctionTool(name, description if isinstance(description, str) else None, schema,
                                       strict if isinstance(strict, bool) else None))  # fmt: skip
-    return functions, web
+    return functions, web, fetch
 
 
 def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
@@ -193,10 +201,10 @@ def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
     return {**spec, "max_uses": uses}
 
 
-def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool],
-                 web: dict[str, Any] | None = None) -> tuple[ToolChoice, bool | None]:  # fmt: skip
-    """`web`: the web search server tool the server runs; naming it forces a search (Claude
-    Code's WebSearch tool asks so), which `routes.py` points at the search function's name."""
+def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool], web: dict[str, Any] | None = None,
+                 fetch: dict[str, Any] | None = None) -> tuple[ToolChoice, bool | None]:  # fmt: skip
+    """`web`, `fetch`: the web search and web fetch server tools the server runs; naming one
+    forces it (Claude Code's WebSearch tool asks so), which `routes.py` points at the function's name."""
     if choice is None:
         return "auto", None
     kind = choice.get("type")
@@ -213,6 +221,8 @@ def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool],
             return NamedToolChoice(str(name)), parallel
         if web is not None and name == web.get("name"):
             return NamedToolChoice(SEARCH), parallel
+        if fetch is not None and name == fetch.get("name"):
+            return NamedToolChoice(FETCH), parallel
         raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice",
                        code="invalid_value")  # fmt: skip
     raise APIError(400, f"Invalid tool_choice type: {kind!r}.", param="tool_choice", code="invalid_value")
@@ -311,17 +321,21 @@ def _assistant(blocks: list[Any], sealer: Sealer) -> list[Message]:
     reasoning: list[str] = []
     calls: list[ToolCall] = []
     searches: dict[str, ToolCall] = {}
-    """Web searches of the turn waiting for their result block (one without is left out)."""
+    """Web searches and fetches of the turn waiting for their result block (one without is left out)."""
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "server_tool_use" and block.get("name") == "web_search" and isinstance(block.get("id"), str):
             query = (block.get("input") or {}).get("query") if isinstance(block.get("input"), dict) else None
             searches[block["id"]] = ToolCall(block["id"], SEARCH, json.dumps({"query": str(query or "")}, ensure_ascii=False))
-        elif kind == "web_search_tool_result" and block.get("tool_use_id") in searches:
+        elif kind == "server_tool_use" and block.get("name") == "web_fetch" and isinstance(block.get("id"), str):
+            url = (block.get("input") or {}).get("url") if isinstance(block.get("input"), dict) else None
+            searches[block["id"]] = ToolCall(block["id"], FETCH, json.dumps({"url": str(url or "")}, ensure_ascii=False))
+        elif kind in ("web_search_tool_result", "web_fetch_tool_result") and block.get("tool_use_id") in searches:
             calls.append(searches.pop(block["tool_use_id"]))
             out.append(Message("assistant", parts, "".join(reasoning) or None, calls))
-            out.append(Message("tool", [TextPart(_search_results(block.get("content"), sealer))],
-                               tool_call_id=block["tool_use_id"]))  # fmt: skip
+            result = (_search_results(block.get("content"), sealer) if kind == "web_search_tool_result"
+                      else _fetched(block.get("content")))  # fmt: skip
+            out.append(Message("tool", [TextPart(result)], tool_call_id=block["tool_use_id"]))
             parts, reasoning, calls = [], [], []
         elif kind == "text" and isinstance(block.get("text"), str):
             parts.append(TextPart(block["text"]))
@@ -361,6 +375,17 @@ def _search_results(content: Any, sealer: Sealer) -> str:
         text = sealer.open("web_search", sealed) if isinstance(sealed, str) and sealed else None
         blocks.append(f"[{position}] {result.get('title') or ''}\nURL: {result.get('url') or ''}" + (f"\n{text}" if text else ""))
     return "\n\n".join(blocks) or "No results."
+
+
+def _fetched(content: Any) -> str:
+    """A replayed page fetch as the model read it: the page's title, URL and text (its
+    `document`, text or PDF), or the error."""
+    if not isinstance(content, dict) or content.get("type") != "web_fetch_result":
+        code = content.get("error_code", "unavailable") if isinstance(content, dict) else "unavailable"
+        return f"Error: the page could not be fetched ({code})."
+    document = content.get("content") if isinstance(content.get("content"), dict) else {}
+    text = _document_text(document) or ""
+    return f"{document.get('title') or content.get('url') or ''}\nURL: {content.get('url') or ''}\n\n{text}"
 
 
 def _parts(blocks: Any, where: str) -> list[Part]:

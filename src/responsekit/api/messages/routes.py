@@ -17,12 +17,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...backends import Backend
-from ...canonical.conversation import GenerationRequest, NamedToolChoice
+from ...canonical.conversation import GenerationRequest, NamedToolChoice, TextPart
 from ...canonical.sse import sse_event
 from ...orchestration.rendering import drain, rendered
 from ...orchestration.tool_loop import with_server_tools
 from ...tools import ServerTools
 from ...tools.names import ToolOrigin, ToolSet
+from ...tools.web.fetch_tool import FETCH, add_web_fetch, context_urls
 from ...tools.web.tool import NAMESPACE as WEB
 from ...tools.web.tool import SEARCH, add_web_search
 from ..auth import authorize
@@ -61,29 +62,37 @@ async def create_message(request: Request) -> Response:
                             web_search=web is not None)  # fmt: skip
     generation = translation.generation
     toolset, server_tools = ToolSet(), ServerTools()
-    if translation.web_search is not None:
+    server_run = [spec for spec in (translation.web_search, translation.web_fetch) if spec is not None]
+    if server_run:
         toolset.add([(ToolOrigin("function", tool.name), tool) for tool in generation.tools])
-        add_web_search(server_tools, translation.web_search, web)
+        if translation.web_search is not None:
+            add_web_search(server_tools, translation.web_search, web)
+        if translation.web_fetch is not None:
+            texts = [part.text for message in generation.messages if message.role in ("user", "tool")
+                     for part in message.content if isinstance(part, TextPart)]  # fmt: skip
+            add_web_fetch(server_tools, translation.web_fetch, web, context_urls(texts))
         toolset.add(server_tools.functions)
         generation.tools = toolset.offered()
-        if generation.tool_choice == NamedToolChoice(SEARCH):  # a search forced: by the name the model knows
-            generation.tool_choice = NamedToolChoice(toolset.model_name(SEARCH, WEB))
+        for function in (SEARCH, FETCH):  # a server tool forced: by the name the model knows
+            if generation.tool_choice == NamedToolChoice(function):
+                generation.tool_choice = NamedToolChoice(toolset.model_name(function, WEB))
     upstream, generation.model = await state.router.resolve(body.model)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
     generation = await state.attachments.prepare(upstream, generation)
     input_tokens, clamped = await _input_tokens(upstream, generation)
-    served = frozenset(name for name, origin in toolset.origins.items() if origin.server_side)
+    served = {name: origin.kind for name, origin in toolset.origins.items() if origin.server_side}
     renderer = MessagesRenderer(body.model, input_tokens=input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking, stop_sequences=translation.stop_sequences,
                                 server_tools=served, seal_result=lambda text: sealer.seal("web_search", text))  # fmt: skip
     headers = {CLAMPED_HEADER: str(clamped)} if clamped is not None else {}
-    if translation.web_search is None:
+    if not server_run:
         events = state.attachments.generate(upstream, generation, renderer.id)
-    else:  # the loop of server-run tools (orchestration/tool_loop.py), bounded by the tool's `max_uses`
+    else:  # the loop of server-run tools (orchestration/tool_loop.py), bounded by the tools' `max_uses`
+        uses = [spec.get("max_uses") for spec in server_run]
         events = with_server_tools(generation, toolset, server_tools,
                                    lambda turn: state.attachments.generate(upstream, turn, renderer.id),
-                                   translation.web_search.get("max_uses"))  # fmt: skip
+                                   None if None in uses else sum(uses))  # fmt: skip
     if body.stream:
         return event_stream(_frames(rendered(renderer, events, observed)), heartbeat=PING, headers=headers)
     await unless_disconnected(request, drain(renderer, events, observed))

@@ -58,8 +58,10 @@ class WebSearch:
         return hits
 
     async def fetch(self, url: str) -> Page:
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "web_fetch"}
         try:
-            page = await self.fetcher.fetch(url)
+            with tracing.span("execute_tool web_fetch", attributes):
+                page = await self.fetcher.fetch(url)
         except FetchError as error:
             self.count("fetch", self.provider.name, error.outcome)
             raise

@@ -106,6 +106,7 @@ class _Session:
             return ToolOutcome("", error=f"The web search failed: {error.message}",
                                data={"action": action, "outcome": error.outcome})  # fmt: skip
         hits = [hit for hit in hits if not (self.blocked and in_domains(hit.url, self.blocked))]
+        self.tools.urls.update(hit.url for hit in hits)
         action["sources"] = [{"type": "url", "url": hit.url} for hit in hits]
         results = [{"url": hit.url, "title": hit.title, "text": hit.snippet} for hit in hits]
         citations, blocks = {}, []
