@@ -384,7 +384,8 @@ def _fetched(content: Any) -> str:
         code = content.get("error_code", "unavailable") if isinstance(content, dict) else "unavailable"
         return f"Error: the page could not be fetched ({code})."
     document = content.get("content") if isinstance(content.get("content"), dict) else {}
-    text = _document_text(document) or ""
+    page = _document({**document, "title": None})  # the title goes first, once
+    text = page.text if isinstance(page, TextPart) else ""
     return f"{document.get('title') or content.get('url') or ''}\nURL: {content.get('url') or ''}\n\n{text}"
 
 
