@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import httpx
@@ -61,30 +63,41 @@ class UrlPolicy:
             return f"`{url}` leads to a non-public address ({address}); the server's configuration does not allow it."
         return None
 
+    @asynccontextmanager
+    async def opened(
+        self, client: httpx.AsyncClient, url: str, max_redirects: int = 3
+    ) -> AsyncIterator[httpx.Response]:
+        """The streamed answer at `url`, its redirects followed by hand so that each hop is checked
+        by this policy before it is requested (a public URL may redirect to a private one);
+        `FetchError` when a hop is refused or the redirects do not end. httpx's errors pass."""
+        for _ in range(max_redirects + 1):
+            reason = await self.refusal(url)
+            if reason is not None:
+                raise FetchError(reason)
+            async with client.stream("GET", url) as answer:
+                if answer.is_redirect and answer.headers.get("location"):
+                    url = str(answer.url.join(answer.headers["location"]))
+                    continue
+                yield answer
+                return
+        raise FetchError(f"`{url}` redirects more than {max_redirects} times.")
+
     async def fetch(self, url: str, limit: int, timeout: float = 30.0) -> bytes:
         """The body at `url`, each hop of its redirects checked by this policy; `FetchError` when it
         is refused, fails, or holds more than `limit` bytes."""
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
-            for _ in range(MAX_REDIRECTS + 1):
-                reason = await self.refusal(url)
-                if reason is not None:
-                    raise FetchError(reason)
-                try:
-                    async with client.stream("GET", url) as answer:
-                        if answer.is_redirect and "location" in answer.headers:
-                            url = str(answer.url.join(answer.headers["location"]))
-                            continue
-                        if answer.status_code != 200:
-                            raise FetchError(f"`{url}` answered HTTP {answer.status_code}.")
-                        body = bytearray()
-                        async for piece in answer.aiter_bytes():
-                            body += piece
-                            if len(body) > limit:
-                                raise FetchError(f"`{url}` holds more than {limit} bytes.")
-                        return bytes(body)
-                except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
-                    raise FetchError(f"`{url}` could not be fetched: {exc!r}") from None
-            raise FetchError(f"`{url}` redirects more than {MAX_REDIRECTS} times.")
+            try:
+                async with self.opened(client, url, MAX_REDIRECTS) as answer:
+                    if answer.status_code != 200:
+                        raise FetchError(f"`{answer.url}` answered HTTP {answer.status_code}.")
+                    body = bytearray()
+                    async for piece in answer.aiter_bytes():
+                        body += piece
+                        if len(body) > limit:
+                            raise FetchError(f"`{answer.url}` holds more than {limit} bytes.")
+                    return bytes(body)
+            except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+                raise FetchError(f"`{url}` could not be fetched: {exc!r}") from None
 
 
 MAX_REDIRECTS = 3

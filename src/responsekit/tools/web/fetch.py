@@ -1,8 +1,8 @@
 """Reading a web page for the model: the URL policy at every hop, time and size limits, text out.
 
 The URL policy is the one MCP server URLs go through (`tools/outbound.py`): no loopback,
-link-local, private or multicast address unless `allowed_hosts` allows it. Redirects are
-followed by hand so that each hop is checked before it is requested. HTML becomes its
+link-local, private or multicast address unless `allowed_hosts` allows it, each redirect's hop
+checked before it is requested (`UrlPolicy.opened`). HTML becomes its
 readable text (trafilatura), a PDF its pages' text (pypdf), plain text stays itself;
 anything else, or more than `max_bytes`, is refused with a `FetchError` the model reads.
 """
@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import io
 from dataclasses import dataclass
-from urllib.parse import urljoin
 
 import httpx
 
-from ...canonical.errors import APIError
+from ..outbound import FetchError as Refused
 from ..outbound import UrlPolicy
 
 MAX_BYTES = 5 * 2**20
@@ -61,33 +60,26 @@ class PageFetcher:
             raise FetchError(f"{url} did not answer in time.", "timeout") from None
 
     async def _fetch(self, url: str) -> Page:
-        for _ in range(MAX_REDIRECTS + 1):
-            try:
-                await self.urls.check(url, "url")
-            except APIError as refusal:
-                raise FetchError(refusal.message, "refused") from None
-            try:
-                async with self.client.stream("GET", url) as answer:
-                    if answer.is_redirect and answer.headers.get("location"):
-                        url = urljoin(url, answer.headers["location"])
-                        continue
-                    if answer.status_code >= 400:
-                        raise FetchError(f"{url} answered {answer.status_code}.", "http_error")
-                    kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
-                    declared = answer.headers.get("content-length", "")
-                    if declared.isdigit() and int(declared) > self.max_bytes:
-                        raise FetchError(f"{url} is larger than {self.max_bytes} bytes.", "too_large")
-                    body = bytearray()
-                    async for piece in answer.aiter_bytes():
-                        body += piece
-                        if len(body) > self.max_bytes:
-                            raise FetchError(f"{url} is larger than {self.max_bytes} bytes.", "too_large")
-                    return _read(str(answer.url), kind, bytes(body), answer.encoding or "utf-8")
-            except httpx.TimeoutException:
-                raise FetchError(f"{url} did not answer in time.", "timeout") from None
-            except httpx.HTTPError as exc:
-                raise FetchError(f"{url} could not be reached: {exc}", "unreachable") from None
-        raise FetchError(f"{url} redirected more than {MAX_REDIRECTS} times.", "refused")
+        try:
+            async with self.urls.opened(self.client, url, MAX_REDIRECTS) as answer:
+                if answer.status_code >= 400:
+                    raise FetchError(f"{answer.url} answered {answer.status_code}.", "http_error")
+                kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
+                declared = answer.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > self.max_bytes:
+                    raise FetchError(f"{answer.url} is larger than {self.max_bytes} bytes.", "too_large")
+                body = bytearray()
+                async for piece in answer.aiter_bytes():
+                    body += piece
+                    if len(body) > self.max_bytes:
+                        raise FetchError(f"{answer.url} is larger than {self.max_bytes} bytes.", "too_large")
+                return _read(str(answer.url), kind, bytes(body), answer.encoding or "utf-8")
+        except Refused as refusal:
+            raise FetchError(str(refusal), "refused") from None
+        except httpx.TimeoutException:
+            raise FetchError(f"{url} did not answer in time.", "timeout") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise FetchError(f"{url} could not be reached: {exc}", "unreachable") from None
 
     async def aclose(self) -> None:
         await self.client.aclose()
