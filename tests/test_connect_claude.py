@@ -26,14 +26,16 @@ def test_prints_the_env_for_the_first_served_model(server):
         "ANTHROPIC_DEFAULT_SONNET_MODEL": "test-model",
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": "test-model",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }}  # fmt: skip
+    }, "skipWebFetchPreflight": True}  # fmt: skip
 
 
 def test_a_v1_url_becomes_the_root_claude_code_appends_v1_messages_to(server):
     code, printed = connect("--url", f"{server.url}/v1/", "--model", "big", "--small-model", "small",
                             "--api-key", "k 1", "--shell")  # fmt: skip
     assert code == 0, printed
-    exports = dict(shlex.split(line)[1].split("=", 1) for line in printed.splitlines())
+    lines = printed.splitlines()
+    exports = dict(shlex.split(line)[1].split("=", 1) for line in lines if line.startswith("export "))
+    assert lines[-1] == '# and in ~/.claude/settings.json (no variable sets it): "skipWebFetchPreflight": true'
     assert exports["ANTHROPIC_BASE_URL"] == server.url
     assert exports["ANTHROPIC_AUTH_TOKEN"] == "k 1"
     assert exports["ANTHROPIC_MODEL"] == exports["ANTHROPIC_DEFAULT_SONNET_MODEL"] == "big"

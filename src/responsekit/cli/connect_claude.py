@@ -16,7 +16,8 @@ from Claude Code's LLM-gateway and environment-variable documentation:
 - `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`: no telemetry, error reporting or auto-update
   requests to Anthropic's hosts, which a machine using a local gateway may not reach.
 
-`--write` also sets `skipWebFetchPreflight: true` (a setting, not a variable): Claude Code's
+It also sets `skipWebFetchPreflight: true` (a setting, not a variable: printed beside `env`, and
+named in a comment after `--shell`'s exports): Claude Code's
 WebFetch tool fetches pages itself, but first asks `api.anthropic.com/api/web/domain_info`
 whether the domain may be fetched, and refuses the page when that request fails, which it
 does wherever Anthropic's API cannot be reached. Claude Code's settings schema describes the
@@ -49,7 +50,12 @@ def claude_env(root: str, api_key: str, model: str, small_model: str) -> dict[st
 
 
 SETTINGS: dict[str, Any] = {"skipWebFetchPreflight": True}
-"""Settings `--write` merges in beside `env`."""
+"""Settings merged in beside `env`."""
+
+
+def settings_fragment(env: dict[str, str]) -> str:
+    """What `settings.json` needs, to merge by hand."""
+    return json.dumps({"env": env, **SETTINGS}, indent=2)
 
 
 def settings_document(existing: str, env: dict[str, str]) -> str:
@@ -66,4 +72,6 @@ def settings_document(existing: str, env: dict[str, str]) -> str:
 
 
 def shell_exports(env: dict[str, str]) -> str:
-    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in env.items())
+    exports = "\n".join(f"export {name}={shlex.quote(value)}" for name, value in env.items())
+    settings = ", ".join(f'"{key}": {json.dumps(value)}' for key, value in SETTINGS.items())
+    return f"{exports}\n# and in ~/.claude/settings.json (no variable sets it): {settings}"

@@ -231,8 +231,8 @@ def connect_claude(
     claude_home: Annotated[
         Path, typer.Option(envvar="CLAUDE_CONFIG_DIR", help="Claude Code's home, where --write merges settings.json.")
     ] = Path.home() / ".claude",
-    shell: Annotated[bool, typer.Option("--shell", help="Print `export` lines instead of settings.json's env.")] = False,
-    write: Annotated[bool, typer.Option("--write", help="Merge the env into settings.json instead of printing.")] = False,
+    shell: Annotated[bool, typer.Option("--shell", help="Print `export` lines instead of what settings.json needs.")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Merge it into settings.json instead of printing.")] = False,
 ) -> None:
     """The environment (settings.json `env`) that points Claude Code at ResponseKit's models."""
     root = claude_setup.root_url(url)
@@ -245,7 +245,7 @@ def connect_claude(
     chosen = model or models[0]
     env = claude_setup.claude_env(root, api_key, chosen, small_model or chosen)
     if not write:
-        typer.echo(claude_setup.shell_exports(env) if shell else json.dumps({"env": env}, indent=2))
+        typer.echo(claude_setup.shell_exports(env) if shell else claude_setup.settings_fragment(env))
         return
     settings_path = claude_home / "settings.json"
     existing = settings_path.read_text() if settings_path.exists() else ""
