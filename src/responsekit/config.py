@@ -216,6 +216,8 @@ class Settings(BaseSettings):
     """`postgresql://…` for several replicas; default: SQLite in the data directory."""
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Accepted API keys (plain, or `sha256:<hex>` of the key); each owns what it creates."""
+    admin_api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Keys (plain, or `sha256:<hex>`) for the admin API (`/admin/v1/api-keys`) and the usage report."""
     sealing_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Keys sealing reasoning and compaction blobs, newest first (default: the data dir's key file)."""
     summarizer_model: str | None = None
@@ -293,7 +295,7 @@ class Settings(BaseSettings):
             return [{"path": part.strip()} for part in text.split(",") if part.strip()]
         return value
 
-    @field_validator("api_keys", "sealing_keys", "allowed_hosts", mode="before")
+    @field_validator("api_keys", "admin_api_keys", "sealing_keys", "allowed_hosts", mode="before")
     @classmethod
     def _keys(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -302,7 +304,7 @@ class Settings(BaseSettings):
 
     @property
     def listen_host(self) -> str:
-        return self.host or ("0.0.0.0" if self.api_keys else "127.0.0.1")
+        return self.host or ("0.0.0.0" if self.api_keys or self.admin_api_keys else "127.0.0.1")
 
     @property
     def database(self) -> str:

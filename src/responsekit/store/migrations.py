@@ -123,6 +123,22 @@ MIGRATIONS: list[list[Statement]] = [
         "ALTER TABLE responses RENAME COLUMN lease_until TO lease_until_ms",
         "UPDATE responses SET lease_until_ms = lease_until_ms * 1000 WHERE lease_until_ms IS NOT NULL",
     ],
+    [  # 6: API keys kept as data (`store/api_keys.py`): only a key's SHA-256 is stored, which is
+        # also the owner of what the key creates; `models` and `limits` are JSON (NULL: all models)
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            key_hash TEXT NOT NULL UNIQUE,
+            redacted TEXT NOT NULL,
+            name TEXT NOT NULL,
+            team TEXT,
+            created_at BIGINT NOT NULL,
+            last_used_at BIGINT,
+            expires_at BIGINT,
+            revoked_at BIGINT,
+            models TEXT,
+            limits TEXT NOT NULL
+        )""",
+    ],
 ]
 
 

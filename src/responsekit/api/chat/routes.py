@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from ...canonical.sse import SSE_DONE, sse_data
 from ...operations import tracing
 from ...orchestration.rendering import drain, raise_for_error, rendered
-from ..auth import authorize
+from ..auth import allow_model, authorize
 from ..http import JSONResponse, read_body
 from ..metrics import observation
 from ..routing import plain_post
@@ -26,6 +26,7 @@ router = APIRouter()
 async def create_chat_completion(request: Request) -> Response:
     authorize(request)
     body = await read_body(request, CreateChatCompletion)
+    allow_model(request, body.model)
     observed = observation(request, "/v1/chat/completions", body.stream)
     generation = translate(body)
     upstream, generation.model = await request.app.state.router.resolve(body.model)

@@ -21,7 +21,7 @@ from ...canonical.conversation import GenerationRequest
 from ...canonical.sse import sse_event
 from ...operations import tracing
 from ...orchestration.rendering import drain, rendered
-from ..auth import authorize
+from ..auth import allow_model, authorize
 from ..http import JSONResponse, error_envelope, read_body
 from ..metrics import observation
 from ..models import list_models
@@ -49,6 +49,7 @@ def _anthropic_error(status: int, message: str) -> dict[str, Any]:
 async def create_message(request: Request) -> Response:
     authorize(request)
     body = await read_body(request, CreateMessage)
+    allow_model(request, body.model)
     observed = observation(request, "/v1/messages", body.stream)
     state = request.app.state
     sealer = state.orchestrator.sealer
@@ -84,6 +85,7 @@ async def count_tokens(request: Request) -> dict[str, Any]:
     compacts its history by this count), else an estimate marked `estimated`."""
     authorize(request)
     body = await read_body(request, MessageParams)
+    allow_model(request, body.model)
     translation = translate(body, request.app.state.orchestrator.sealer,
                             strip_billing_header=request.app.state.settings.strip_billing_header)  # fmt: skip
     upstream, translation.generation.model = await request.app.state.router.resolve(body.model)

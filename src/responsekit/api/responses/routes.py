@@ -18,7 +18,7 @@ from ...orchestration.items import normalize_items
 from ...orchestration.orchestrator import Orchestrator
 from ...orchestration.rendering import raise_for_error
 from ...store import RUNNING, paginate
-from ..auth import Owner, authorize
+from ..auth import Owner, allow_model, authorize
 from ..http import JSONResponse, read_body
 from ..metrics import observation
 from ..routing import json_body, plain_post
@@ -40,6 +40,7 @@ def orchestrator(request: Request) -> Orchestrator:
 async def create_response(request: Request) -> Response:
     owner = authorize(request)
     body = await read_body(request, CreateResponse)
+    allow_model(request, body.model)
     limit = request.app.state.settings.max_input_items
     if len(body.input_items) > limit:
         raise APIError(400, f"`input` has more than {limit} items.", param="input", code="invalid_value")
@@ -75,6 +76,7 @@ class CompactRequest(BaseModel):
 async def compact(request: Request, owner: Owner) -> dict[str, Any]:
     """The history summarized into one compaction item; sent back as input, it restores the summary."""
     body = await read_body(request, CompactRequest)
+    allow_model(request, body.model)
     conductor = orchestrator(request)
     items: list[dict[str, Any]] = []
     if body.instructions:
@@ -99,6 +101,7 @@ async def compact(request: Request, owner: Owner) -> dict[str, Any]:
 async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
     """Exact when the engine can tokenize (llama.cpp, vLLM, SGLang), else an estimate marked as such."""
     body = await read_body(request, CreateResponse)
+    allow_model(request, body.model)
     conductor = orchestrator(request)
     prepared = await conductor.prepare(translate(body, conductor.sealer), owner)
     count, exact = await prepared.upstream.count_tokens(prepared.generation)

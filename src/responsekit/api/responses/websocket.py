@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ...canonical.errors import APIError
 from ...canonical.sse import dumps
 from ...orchestration.orchestrator import History, Orchestrator
-from ..auth import authorize
+from ..auth import allow_model, authorize
 from ..http import validation_error
 from .request import CreateResponse, translate
 
@@ -102,10 +102,12 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
         raise APIError(400, f"Unsupported event type {event.get('type')!r}; send `response.create`.",
                        param="type", code="invalid_value")  # fmt: skip
     stream_id = event.get("stream_id")
+    authorize(websocket)  # again: a key revoked or expired since the socket opened is refused now
     try:
         body = CreateResponse.model_validate({k: v for k, v in event.items() if k not in _NOT_FOR_SOCKETS})
     except ValidationError as exc:
         raise validation_error(exc) from None
+    allow_model(websocket, body.model)
     metrics = websocket.app.state.metrics
     observed = metrics.observation("/v1/responses", True) if metrics is not None else None
     try:

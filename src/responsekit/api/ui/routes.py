@@ -109,7 +109,7 @@ class View:
 
     def page(self, name: str, **context: Any) -> HTMLResponse:
         """A page with the context every page has: whether keys are configured (a log out button)."""
-        return page(name, keys=bool(self.request.app.state.owners), **context)
+        return page(name, keys=self.request.app.state.keys.required, **context)
 
 
 def viewing(request: Request) -> View:
@@ -166,14 +166,14 @@ def _flight_row(response: dict[str, Any]) -> dict[str, Any]:
 
 @router.get("/login")
 async def login_form(request: Request, next: str = "/ui") -> Response:
-    if not request.app.state.owners:
+    if not request.app.state.keys.required:
         return RedirectResponse("/ui", 303)
     return page("login.html", target=_local(next), failed=False)
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    if not request.app.state.owners:
+    if not request.app.state.keys.required:
         return RedirectResponse("/ui", 303)
     form = await request.form()
     key, target = str(form.get("key") or ""), _local(str(form.get("next") or "/ui"))
