@@ -29,11 +29,13 @@ from .files.service import VectorStores
 from .operations import logs, tracing
 from .operations.metrics import Metrics, PoolMembers, ScrapeTime
 from .operations.record import Recorder
+from .orchestration.limits import Limiter
 from .orchestration.orchestrator import Orchestrator
 from .orchestration.runs import Runs
 from .orchestration.sealing import Sealer
 from .store import Store
-from .store.api_keys import KeyTable
+from .store.api_keys import KeyTable, Limits
+from .store.counters import Counters
 from .tools.outbound import UrlPolicy
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.store = store
         keys.table = KeyTable(store.database)
         await keys.table.start()
+        limiter = app.state.limiter = Limiter(Counters(store.database), Limits(**settings.default_limits.model_dump()))
+        limiter.start()
         app.state.vector_stores = await VectorStores.open(settings, store.database)
         if metrics is not None:
             metrics.registry.register(ScrapeTime(runs.states, app.state.vector_stores.ingestor.queue))
@@ -90,6 +94,7 @@ def create_app(settings: Settings) -> FastAPI:
             await runs.stop(settings.shutdown_timeout)
             await router.aclose()
             await app.state.vector_stores.close()
+            await limiter.stop()
             await keys.table.stop()
             await store.close()
             tracing.shutdown()

@@ -138,6 +138,23 @@ class UpstreamConfig(BaseModel):
         return self
 
 
+class LimitsConfig(BaseModel):
+    """Limits per key (`default_limits`, and each stored key's own); unset: no limit of that kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per minute."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens (input and output) per minute."""
+    max_concurrent: int | None = Field(default=None, ge=1)
+    """Requests at once."""
+    daily_tokens: int | None = Field(default=None, ge=1)
+    """Tokens per UTC day."""
+    monthly_tokens: int | None = Field(default=None, ge=1)
+    """Tokens per UTC month."""
+
+
 class LocalModel(BaseModel):
     """A GGUF model run in-process by llama.cpp (the `llama` extra)."""
 
@@ -218,6 +235,9 @@ class Settings(BaseSettings):
     """Accepted API keys (plain, or `sha256:<hex>` of the key); each owns what it creates."""
     admin_api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Keys (plain, or `sha256:<hex>`) for the admin API (`/admin/v1/api-keys`) and the usage report."""
+    default_limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    """Limits for every key that does not set its own (configured keys, and the one anonymous owner
+    without keys): `rpm`, `tpm`, `max_concurrent`, `daily_tokens`, `monthly_tokens`."""
     sealing_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Keys sealing reasoning and compaction blobs, newest first (default: the data dir's key file)."""
     summarizer_model: str | None = None

@@ -74,7 +74,9 @@ def authorize(connection: HTTPConnection) -> str:
     limit checks that follow.
     """
     keys: Keys = connection.app.state.keys
-    connection.state.api_key = None
+    state = connection.state
+    state.api_key = None
+    state.owner = ""
     if not keys.required:
         return ""
     token = bearer(connection)
@@ -82,6 +84,7 @@ def authorize(connection: HTTPConnection) -> str:
         raise _missing()
     owner = hashlib.sha256(token.encode()).hexdigest()
     if owner in keys.configured:
+        state.owner = owner
         return owner
     key = keys.stored(owner)
     if key is None:
@@ -93,7 +96,8 @@ def authorize(connection: HTTPConnection) -> str:
         raise APIError(401, "This API key has expired.", code="expired_api_key")
     assert keys.table is not None
     keys.table.used(key, now)
-    connection.state.api_key = key
+    state.api_key = key
+    state.owner = owner
     return owner
 
 

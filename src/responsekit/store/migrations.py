@@ -139,6 +139,24 @@ MIGRATIONS: list[list[Statement]] = [
             limits TEXT NOT NULL
         )""",
     ],
+    [  # 7: limits counted where every replica sees them (`store/counters.py`): requests and tokens
+        # per key and window (`span`: `minute`, `day`, `month`, or `key`, the row each admission
+        # locks first), and the requests in flight, each with a lease its process renews
+        """CREATE TABLE limit_windows (
+            key_hash TEXT NOT NULL,
+            span TEXT NOT NULL,
+            start BIGINT NOT NULL,
+            requests BIGINT NOT NULL,
+            tokens BIGINT NOT NULL,
+            PRIMARY KEY (key_hash, span, start)
+        )""",
+        """CREATE TABLE limit_flights (
+            id TEXT PRIMARY KEY,
+            key_hash TEXT NOT NULL,
+            until_ms BIGINT NOT NULL
+        )""",
+        "CREATE INDEX limit_flights_by_key ON limit_flights (key_hash, until_ms)",
+    ],
 ]
 
 
