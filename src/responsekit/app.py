@@ -33,6 +33,7 @@ from .orchestration.limits import Limiter
 from .orchestration.orchestrator import Orchestrator
 from .orchestration.runs import Runs
 from .orchestration.sealing import Sealer
+from .orchestration.usage import UsageLedger
 from .store import Store
 from .store.api_keys import KeyTable, Limits
 from .store.counters import Counters
@@ -71,6 +72,8 @@ def create_app(settings: Settings) -> FastAPI:
         await keys.table.start()
         limiter = app.state.limiter = Limiter(Counters(store.database), Limits(**settings.default_limits.model_dump()))
         limiter.start()
+        usage = app.state.usage = UsageLedger(store.database)
+        usage.start()
         app.state.vector_stores = await VectorStores.open(settings, store.database)
         if metrics is not None:
             metrics.registry.register(ScrapeTime(runs.states, app.state.vector_stores.ingestor.queue))
@@ -95,6 +98,7 @@ def create_app(settings: Settings) -> FastAPI:
             await router.aclose()
             await app.state.vector_stores.close()
             await limiter.stop()
+            await usage.stop()
             await keys.table.stop()
             await store.close()
             tracing.shutdown()
@@ -116,6 +120,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(frontend, include_in_schema=False)
     app.include_router(models.health)
     app.include_router(admin_api.router)
+    app.include_router(admin_api.usage_router)
     if metrics is not None:
         app.include_router(metrics_api.router)
     app.include_router(ui.router)  # the inspector, last: no generation route tries it first

@@ -1,4 +1,5 @@
-"""The admin API: `/admin/v1/api-keys` makes, lists, shows and revokes stored API keys.
+"""The admin API: `/admin/v1/api-keys` makes, lists, shows and revokes stored API keys, and
+`/v1/organization/usage/completions` reports usage.
 
 Authorized by the admin keys (`admin_api_keys`, `auth.authorize_admin`): 401 without a key,
 403 with a key that is not one. The objects follow the shape of OpenAI's admin API for keys
@@ -18,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ..canonical.errors import APIError
 from ..canonical.ids import storable
 from ..store.api_keys import KeyTable, Limits
+from ..store.usage import GROUPS, buckets
 from .auth import Admin
 from .http import JSONResponse, read_body
 from .routing import json_body
@@ -99,3 +101,61 @@ async def revoke_key(request: Request, key_id: str, _admin: Admin) -> dict[str, 
 
 def _not_found(key_id: str) -> APIError:
     return APIError(404, f"API key with id '{key_id}' not found.", param="key_id", code="not_found")
+
+
+usage_router = APIRouter()
+
+WIDTHS = {"1m": (60, 60, 1440), "1h": (3600, 24, 168), "1d": (86400, 7, 31)}
+"""`bucket_width` -> its seconds, the default and the largest `limit` (OpenAI's Usage API)."""
+
+
+@usage_router.get("/v1/organization/usage/completions")
+async def usage_completions(request: Request, _admin: Admin) -> dict[str, Any]:
+    """Tokens and requests of every generation, in OpenAI's Usage API shape: buckets of a minute,
+    an hour or a day from `start_time`, optionally grouped by `api_key_id` and `model`."""
+    query = request.query_params
+    width_name = query.get("bucket_width", "1d")
+    if width_name not in WIDTHS:
+        raise APIError(400, "`bucket_width` must be 1m, 1h or 1d.", param="bucket_width", code="invalid_value")
+    width, default_limit, most = WIDTHS[width_name]
+    start = _integer(query, "start_time", required=True)
+    end = _integer(query, "end_time") or int(time.time()) + 1
+    limit = _integer(query, "limit") or default_limit
+    if not 1 <= limit <= most:
+        raise APIError(400, f"`limit` must be between 1 and {most} for {width_name} buckets.", param="limit",
+                       code="invalid_value")  # fmt: skip
+    page = query.get("page")
+    if page is not None:
+        if not page.isdigit() or len(page) > 12:
+            raise APIError(400, "`page` is not a page this API gave.", param="page", code="invalid_value")
+        start = int(page)
+    if end <= start:
+        raise APIError(400, "`end_time` must be after `start_time`.", param="end_time", code="invalid_value")
+    group_by = query.getlist("group_by") + query.getlist("group_by[]")
+    unknown = [group for group in group_by if group not in GROUPS]
+    if unknown:
+        raise APIError(400, f"Cannot group by {unknown[0]!r}: use api_key_id or model.", param="group_by",
+                       code="invalid_value")  # fmt: skip
+    count = min(limit, -(-(end - start) // width))
+    stop = min(end, start + count * width)
+    found = await buckets(
+        request.app.state.store.database, start, stop, width, group_by,
+        api_key_ids=query.getlist("api_key_ids") + query.getlist("api_key_ids[]") or None,
+        models=query.getlist("models") + query.getlist("models[]") or None,
+    )  # fmt: skip
+    data = [{"object": "bucket", "start_time": start + index * width, "end_time": min(start + (index + 1) * width, stop),
+             "results": found.get(index, [])} for index in range(count)]  # fmt: skip
+    more = stop < end
+    return {"object": "page", "data": data, "has_more": more, "next_page": str(stop) if more else None}
+
+
+def _integer(query: Any, name: str, required: bool = False) -> int | None:
+    value = query.get(name)
+    if value is None:
+        if required:
+            raise APIError(400, f"Missing required parameter: '{name}'.", param=name, code="missing_required_parameter")
+        return None
+    if not value.isdigit() or len(value) > 12:
+        raise APIError(400, f"`{name}` must be a whole number (Unix seconds for times).", param=name,
+                       code="invalid_value")  # fmt: skip
+    return int(value)

@@ -10,12 +10,16 @@ A failure of the counters' database admits the request uncounted: a limit never 
 from __future__ import annotations
 
 import logging
+import time
 
 from starlette.requests import HTTPConnection
 
 from ..canonical.errors import APIError
+from ..operations.logs import current
 from ..operations.metrics import Observation
 from ..orchestration.limits import Limiter, Meter, Refused
+from ..store.api_keys import ApiKey
+from ..store.usage import UsageRecord
 
 log = logging.getLogger(__name__)
 
@@ -23,28 +27,49 @@ ANSWER_HEADERS = "answer_headers"
 """The request-state entry whose headers `RequestIds` adds to the answer."""
 
 
-async def limited(connection: HTTPConnection, observed: Observation | None, max_output: int | None,
-                  body_bytes: int | None = None) -> Observation | Meter | None:  # fmt: skip
-    """The generation's observer, counted against its key's limits; 429 when it is over one.
+async def metered(
+    connection: HTTPConnection, observed: Observation | None, route: str, model: str, upstream: str,
+    max_output: int | None, body_bytes: int | None = None,
+) -> Meter:
+    """The generation's observer: counted against its key's limits (429 when it is over one), and
+    recorded in the usage report when it ends (`Meter.end`).
 
-    Call it once the request is known good (after its model is resolved), just before generating:
-    the observer's end settles what was reserved.
+    Call it once the request is known good (its model resolved), just before generating.
     """
-    limiter: Limiter = connection.app.state.limiter
-    limits = limiter.limits_for(getattr(connection.state, "api_key", None))
+    state = connection.app.state
+    limiter: Limiter = state.limiter
+    key: ApiKey | None = getattr(connection.state, "api_key", None)
+    owner: str = getattr(connection.state, "owner", "")
+    info = current.get()
+    record = UsageRecord(
+        created_ms=int(time.time() * 1000), key_hash=owner, api_key_id=key.id if key is not None else _configured(owner),
+        request_id=info.id if info is not None else None, route=route, model=model, upstream=upstream,
+        input_tokens=0, cached_tokens=0, output_tokens=0, reasoning_tokens=0, status="", duration_ms=0,
+    )  # fmt: skip
+    meter = Meter(observed, limiter, None, state.usage, record)
+    if info is not None:
+        meter.started = info.arrived
+    limits = limiter.limits_for(key)
     if limits is None:
-        return observed
+        return meter
     if body_bytes is None:
         length = connection.headers.get("content-length", "")
         body_bytes = int(length) if length.isdigit() else 0
     try:
-        admission = await limiter.admit(connection.state.owner, limits, body_bytes, max_output)
+        meter.admission = await limiter.admit(owner, limits, body_bytes, max_output)
     except Refused as refused:
         setattr(connection.state, ANSWER_HEADERS, refused.headers)
+        record.status = "429"
+        state.usage.add(record)
         raise APIError(429, str(refused), type="requests" if refused.limit in ("rpm", "max_concurrent") else "tokens",
                        code="rate_limit_exceeded") from None  # fmt: skip
     except Exception:  # the database of the counters failed: admit, uncounted
         log.warning("could not count a request against its key's limits; admitted uncounted", exc_info=True)
-        return observed
-    setattr(connection.state, ANSWER_HEADERS, admission.headers())
-    return Meter(observed, limiter, admission)
+        return meter
+    setattr(connection.state, ANSWER_HEADERS, meter.admission.headers())
+    return meter
+
+
+def _configured(owner: str) -> str | None:
+    """The usage report's `api_key_id` for a configured key (no id of its own): its hash's start."""
+    return f"sha256:{owner[:16]}" if owner else None

@@ -28,6 +28,8 @@ from ..canonical.events import Event, Usage
 from ..operations.metrics import OUTPUT, Observation
 from ..store.api_keys import ApiKey, Limits
 from ..store.counters import FLIGHT_LEASE_MS, Counted, Counters
+from ..store.usage import UsageRecord
+from .usage import UsageLedger
 
 log = logging.getLogger(__name__)
 
@@ -173,16 +175,21 @@ def _duration(seconds: float) -> str:
 
 
 class Meter:
-    """A generation's observer (`rendering.rendered`) that settles its admission when it ends,
-    passing every call on to the metrics' own observation, if any."""
+    """A generation's observer (`rendering.rendered`): when it ends, it settles the request's
+    admission (if its key has limits) and leaves its usage record with the ledger; every call is
+    passed on to the metrics' own observation, if any."""
 
-    __slots__ = ("_first", "admission", "inner", "limiter", "tokens")
+    __slots__ = ("_first", "admission", "inner", "ledger", "limiter", "record", "started")
 
-    def __init__(self, inner: Observation | None, limiter: Limiter, admission: Admission) -> None:
+    def __init__(self, inner: Observation | None, limiter: Limiter, admission: Admission | None,
+                 ledger: UsageLedger | None, record: UsageRecord) -> None:  # fmt: skip
         self.inner = inner
         self.limiter = limiter
         self.admission = admission
-        self.tokens = 0
+        self.ledger = ledger
+        self.record = record
+        """Filled in as the generation goes: its tokens, status and duration at the end."""
+        self.started = time.perf_counter()
         self._first: float | None = None
 
     @property
@@ -190,6 +197,7 @@ class Meter:
         return self._first
 
     def serving(self, model: str, upstream: str) -> None:
+        self.record.model, self.record.upstream = model, upstream
         if self.inner is not None:
             self.inner.serving(model, upstream)
 
@@ -198,16 +206,26 @@ class Meter:
             self.inner.begin()
 
     def saw(self, event: Event) -> None:
-        if isinstance(event, Usage):
-            self.tokens += event.input_tokens + event.output_tokens
+        if isinstance(event, Usage):  # several generations when server tools ran
+            record = self.record
+            record.input_tokens += event.input_tokens
+            record.output_tokens += event.output_tokens
+            record.cached_tokens += event.cached_tokens
+            record.reasoning_tokens += event.reasoning_tokens
         elif self._first is None and isinstance(event, OUTPUT):
             self._first = time.perf_counter()
         if self.inner is not None:
             self.inner.saw(event)
 
     def end(self, status: str) -> None:
-        admission, self.admission = self.admission, None  # type: ignore[assignment]
-        if admission is not None:
-            self.limiter.settle(admission, self.tokens)
+        record, self.record = self.record, None  # type: ignore[assignment]
+        if record is None:
+            return
+        if self.admission is not None:
+            self.limiter.settle(self.admission, record.input_tokens + record.output_tokens)
+        if self.ledger is not None:
+            record.status = status
+            record.duration_ms = int((time.perf_counter() - self.started) * 1000)
+            self.ledger.add(record)
         if self.inner is not None:
             self.inner.end(status)

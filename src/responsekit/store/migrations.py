@@ -157,6 +157,25 @@ MIGRATIONS: list[list[Statement]] = [
         )""",
         "CREATE INDEX limit_flights_by_key ON limit_flights (key_hash, until_ms)",
     ],
+    [  # 8: one row per generation, for the usage report (`store/usage.py`)
+        """CREATE TABLE usage_records (
+            id TEXT PRIMARY KEY,
+            created_ms BIGINT NOT NULL,
+            key_hash TEXT NOT NULL,
+            api_key_id TEXT,
+            request_id TEXT,
+            route TEXT NOT NULL,
+            model TEXT NOT NULL,
+            upstream TEXT NOT NULL,
+            input_tokens BIGINT NOT NULL,
+            cached_tokens BIGINT NOT NULL,
+            output_tokens BIGINT NOT NULL,
+            reasoning_tokens BIGINT NOT NULL,
+            status TEXT NOT NULL,
+            duration_ms BIGINT NOT NULL
+        )""",
+        "CREATE INDEX usage_records_by_time ON usage_records (created_ms)",
+    ],
 ]
 
 

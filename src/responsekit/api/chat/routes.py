@@ -13,7 +13,7 @@ from ...operations import tracing
 from ...orchestration.rendering import drain, raise_for_error, rendered
 from ..auth import allow_model, authorize
 from ..http import JSONResponse, read_body
-from ..limits import limited
+from ..limits import metered
 from ..metrics import observation
 from ..routing import plain_post
 from ..streaming import event_stream, unless_disconnected
@@ -33,7 +33,8 @@ async def create_chat_completion(request: Request) -> Response:
     upstream, generation.model = await request.app.state.router.resolve(body.model)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
-    observed = await limited(request, observed, generation.max_output_tokens)
+    observed = await metered(request, observed, "/v1/chat/completions", generation.model, upstream.name,
+                             generation.max_output_tokens)  # fmt: skip
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     renderer = ChatRenderer(body.model, include_usage=include_usage)
     events = tracing.generate(upstream, generation, renderer.id)

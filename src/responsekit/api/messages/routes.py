@@ -23,7 +23,7 @@ from ...operations import tracing
 from ...orchestration.rendering import drain, rendered
 from ..auth import allow_model, authorize
 from ..http import JSONResponse, error_envelope, read_body
-from ..limits import limited
+from ..limits import metered
 from ..metrics import observation
 from ..models import list_models
 from ..routing import PlainRoute, json_body, plain_post
@@ -60,7 +60,8 @@ async def create_message(request: Request) -> Response:
     if observed is not None:
         observed.serving(generation.model, upstream.name)
     input_tokens, clamped = await _input_tokens(upstream, generation)
-    observed = await limited(request, observed, generation.max_output_tokens)
+    observed = await metered(request, observed, "/v1/messages", generation.model, upstream.name,
+                             generation.max_output_tokens)  # fmt: skip
     renderer = MessagesRenderer(body.model, input_tokens=input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking,
                                 stop_sequences=translation.stop_sequences)  # fmt: skip

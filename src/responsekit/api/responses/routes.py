@@ -20,7 +20,7 @@ from ...orchestration.rendering import raise_for_error
 from ...store import RUNNING, paginate
 from ..auth import Owner, allow_model, authorize
 from ..http import JSONResponse, read_body
-from ..limits import limited
+from ..limits import metered
 from ..metrics import observation
 from ..routing import json_body, plain_post
 from ..streaming import event_stream, unless_disconnected
@@ -48,7 +48,8 @@ async def create_response(request: Request) -> Response:
     observed = observation(request, "/v1/responses", body.stream and not body.background)
     conductor = orchestrator(request)
     prepared = await conductor.prepare(translate(body, conductor.sealer), owner)
-    observed = await limited(request, observed, prepared.generation.max_output_tokens)
+    observed = await metered(request, observed, "/v1/responses", prepared.generation.model, prepared.upstream.name,
+                             prepared.generation.max_output_tokens)  # fmt: skip
     if body.background:
         run = await conductor.start_background(prepared, observed)
         if body.stream:

@@ -26,7 +26,7 @@ from ...canonical.sse import dumps
 from ...orchestration.orchestrator import History, Orchestrator
 from ..auth import allow_model, authorize
 from ..http import validation_error
-from ..limits import limited
+from ..limits import metered
 from .request import CreateResponse, translate
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,8 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
     observed = metrics.observation("/v1/responses", True) if metrics is not None else None
     try:
         prepared = await conductor.prepare(translate(body, conductor.sealer), owner, cache)
-        observed = await limited(websocket, observed, prepared.generation.max_output_tokens, body_bytes=0)
+        observed = await metered(websocket, observed, "/v1/responses", prepared.generation.model,
+                                 prepared.upstream.name, prepared.generation.max_output_tokens, body_bytes=0)
     except APIError:
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)
