@@ -98,6 +98,9 @@ class UpstreamConfig(BaseModel):
     """For `api = "completions"`: fields added to every request (engine options such as `repeat_penalty`)."""
     timeout: float = 600.0
     """Seconds to wait for the engine's next chunk before failing the response."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Generations sent to this engine at once; more wait in a queue per key, served in turn
+    across keys (`backends/fairness.py`). Unset: no bound."""
     connect_timeout: float = 10.0
 
     @field_validator("parser")
@@ -235,6 +238,10 @@ class Settings(BaseSettings):
     """Accepted API keys (plain, or `sha256:<hex>` of the key); each owns what it creates."""
     admin_api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Keys (plain, or `sha256:<hex>`) for the admin API (`/admin/v1/api-keys`) and the usage report."""
+    queue_timeout: float = Field(default=30.0, gt=0)
+    """Seconds a request may wait for a busy engine (`max_concurrency`) before a 429 (529 on Messages)."""
+    max_queue_per_key: int = Field(default=64, ge=0)
+    """Requests of one key that may wait for a busy engine; beyond, refused at once."""
     default_limits: LimitsConfig = Field(default_factory=LimitsConfig)
     """Limits for every key that does not set its own (configured keys, and the one anonymous owner
     without keys): `rpm`, `tpm`, `max_concurrent`, `daily_tokens`, `monthly_tokens`."""

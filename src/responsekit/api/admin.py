@@ -55,6 +55,8 @@ class CreateKey(BaseModel):
     expires_at: Annotated[int, Field(ge=0, le=2**62)] | None = None
     """Unix seconds; after it the key is refused."""
     limits: LimitsBody | None = None
+    weight: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] = 1.0
+    """Its share of a busy engine against other keys waiting (`backends/fairness.py`)."""
 
 
 def _table(request: Request) -> KeyTable:
@@ -70,7 +72,7 @@ async def create_key(request: Request, _admin: Admin) -> JSONResponse:
         raise APIError(400, "`expires_at` is in the past.", param="expires_at", code="invalid_value")
     limits = Limits.from_dict(body.limits.model_dump() if body.limits else None)
     key, secret = await _table(request).create(
-        body.name, team=body.team, models=body.models, expires_at=body.expires_at, limits=limits
+        body.name, team=body.team, models=body.models, expires_at=body.expires_at, limits=limits, weight=body.weight
     )
     return JSONResponse({**key.body(), "key": secret}, status_code=201)
 

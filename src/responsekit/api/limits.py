@@ -14,11 +14,13 @@ import time
 
 from starlette.requests import HTTPConnection
 
+from ..backends import Backend
+from ..backends.fairness import Busy
 from ..canonical.errors import APIError
 from ..operations.logs import current
 from ..operations.metrics import Observation
 from ..orchestration.limits import Limiter, Meter, Refused
-from ..store.api_keys import ApiKey
+from ..store.api_keys import ApiKey, Limits
 from ..store.usage import UsageRecord
 
 log = logging.getLogger(__name__)
@@ -28,11 +30,13 @@ ANSWER_HEADERS = "answer_headers"
 
 
 async def metered(
-    connection: HTTPConnection, observed: Observation | None, route: str, model: str, upstream: str,
+    connection: HTTPConnection, observed: Observation | None, route: str, model: str, backend: Backend,
     max_output: int | None, body_bytes: int | None = None,
 ) -> Meter:
-    """The generation's observer: counted against its key's limits (429 when it is over one), and
-    recorded in the usage report when it ends (`Meter.end`).
+    """The generation's observer: counted against its key's limits (429 when it is over one), given
+    its place at the engine when that is busy (`max_concurrency`: 429, or 529 `overloaded_error`
+    on the Messages API, when none frees in time), and recorded in the usage report when it ends
+    (`Meter.end`).
 
     Call it once the request is known good (its model resolved), just before generating.
     """
@@ -43,15 +47,38 @@ async def metered(
     info = current.get()
     record = UsageRecord(
         created_ms=int(time.time() * 1000), key_hash=owner, api_key_id=key.id if key is not None else _configured(owner),
-        request_id=info.id if info is not None else None, route=route, model=model, upstream=upstream,
+        request_id=info.id if info is not None else None, route=route, model=model, upstream=backend.name,
         input_tokens=0, cached_tokens=0, output_tokens=0, reasoning_tokens=0, status="", duration_ms=0,
     )  # fmt: skip
     meter = Meter(observed, limiter, None, state.usage, record)
     if info is not None:
         meter.started = info.arrived
     limits = limiter.limits_for(key)
-    if limits is None:
-        return meter
+    if limits is not None:
+        await _admit(connection, meter, limits, owner, max_output, body_bytes)
+    gate = state.router.gate(backend)
+    if gate is not None:
+        settings = state.settings
+        try:
+            meter.place = await gate.acquire(owner, key.weight if key is not None else 1.0, settings.queue_timeout,
+                                             settings.max_queue_per_key)  # fmt: skip
+        except Busy as busy:
+            status = 529 if route == "/v1/messages" else 429
+            meter.inner = None  # the metrics' observation never began: the answer is counted as any other
+            meter.end(str(status))
+            headers = dict(getattr(connection.state, ANSWER_HEADERS, None) or {})
+            headers["retry-after"] = str(max(1, round(busy.retry_after)))
+            setattr(connection.state, ANSWER_HEADERS, headers)
+            raise APIError(status, str(busy), type="server_error" if status == 529 else "requests",
+                           code="engine_overloaded") from None  # fmt: skip
+    return meter
+
+
+async def _admit(connection: HTTPConnection, meter: Meter, limits: Limits, owner: str, max_output: int | None,
+                 body_bytes: int | None) -> None:  # fmt: skip
+    state = connection.app.state
+    limiter: Limiter = state.limiter
+    record = meter.record
     if body_bytes is None:
         length = connection.headers.get("content-length", "")
         body_bytes = int(length) if length.isdigit() else 0
@@ -65,9 +92,8 @@ async def metered(
                        code="rate_limit_exceeded") from None  # fmt: skip
     except Exception:  # the database of the counters failed: admit, uncounted
         log.warning("could not count a request against its key's limits; admitted uncounted", exc_info=True)
-        return meter
+        return
     setattr(connection.state, ANSWER_HEADERS, meter.admission.headers())
-    return meter
 
 
 def _configured(owner: str) -> str | None:

@@ -357,6 +357,7 @@ def api_keys_create(
     max_concurrent: Annotated[int | None, typer.Option(min=1, help="Requests at once.", show_default=False)] = None,
     daily_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per UTC day.", show_default=False)] = None,
     monthly_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per UTC month.", show_default=False)] = None,
+    weight: Annotated[float, typer.Option(min=0.001, max=1000, help="Its share of a busy engine against other keys.")] = 1.0,
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
     config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
@@ -375,7 +376,8 @@ def api_keys_create(
 
     async def create() -> tuple[Any, str]:
         async with open_table(_database(config, data_dir, database_url)) as table:
-            return await table.create(name, team=team, models=chosen, expires_at=expires_at, limits=limits)
+            return await table.create(name, team=team, models=chosen, expires_at=expires_at, limits=limits,
+                                      weight=weight)
 
     key, secret = asyncio.run(create())
     for line in _describe(key.body()):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..backends.fairness import Place
 from ..canonical.events import Event, Usage
 from ..operations.metrics import OUTPUT, Observation
 from ..store.api_keys import ApiKey, Limits
@@ -179,7 +180,7 @@ class Meter:
     admission (if its key has limits) and leaves its usage record with the ledger; every call is
     passed on to the metrics' own observation, if any."""
 
-    __slots__ = ("_first", "admission", "inner", "ledger", "limiter", "record", "started")
+    __slots__ = ("_first", "admission", "inner", "ledger", "limiter", "place", "record", "started")
 
     def __init__(self, inner: Observation | None, limiter: Limiter, admission: Admission | None,
                  ledger: UsageLedger | None, record: UsageRecord) -> None:  # fmt: skip
@@ -190,6 +191,8 @@ class Meter:
         self.record = record
         """Filled in as the generation goes: its tokens, status and duration at the end."""
         self.started = time.perf_counter()
+        self.place: Place | None = None
+        """Its place at a busy engine (`backends/fairness.py`), given back at the end."""
         self._first: float | None = None
 
     @property
@@ -221,6 +224,8 @@ class Meter:
         record, self.record = self.record, None  # type: ignore[assignment]
         if record is None:
             return
+        if self.place is not None:
+            self.place.release()
         if self.admission is not None:
             self.limiter.settle(self.admission, record.input_tokens + record.output_tokens)
         if self.ledger is not None:

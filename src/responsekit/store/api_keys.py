@@ -82,6 +82,8 @@ class ApiKey:
     models: tuple[str, ...] | None
     """The models it may use; None: all."""
     limits: Limits = field(default_factory=Limits)
+    weight: float = 1.0
+    """Its share of a busy engine against other keys waiting (`backends/fairness.py`)."""
 
     def usable(self, now: float) -> bool:
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
@@ -96,6 +98,7 @@ class ApiKey:
             "redacted_value": self.redacted, "created_at": self.created_at, "last_used_at": self.last_used_at,
             "expires_at": self.expires_at, "revoked_at": self.revoked_at,
             "models": list(self.models) if self.models is not None else None, "limits": self.limits.as_dict(),
+            "weight": self.weight,
         }  # fmt: skip
 
 
@@ -107,14 +110,14 @@ def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-_COLUMNS = "id, key_hash, redacted, name, team, created_at, last_used_at, expires_at, revoked_at, models, limits"
+_COLUMNS = "id, key_hash, redacted, name, team, created_at, last_used_at, expires_at, revoked_at, models, limits, weight"
 
 
 def _key(row: Row) -> ApiKey:
     models = json.loads(row[9]) if row[9] is not None else None
     return ApiKey(
         row[0], row[1], row[2], row[3], row[4], int(row[5]), _int(row[6]), _int(row[7]), _int(row[8]),
-        tuple(models) if models is not None else None, Limits.from_dict(json.loads(row[10])),
+        tuple(models) if models is not None else None, Limits.from_dict(json.loads(row[10])), float(row[11]),
     )  # fmt: skip
 
 
@@ -220,7 +223,7 @@ class KeyTable:
 
     async def create(
         self, name: str, *, team: str | None = None, models: list[str] | None = None, expires_at: int | None = None,
-        limits: Limits | None = None,
+        limits: Limits | None = None, weight: float = 1.0,
     ) -> tuple[ApiKey, str]:
         """A new key and its secret (shown this once: only its hash is kept)."""
         secret = new_secret()
@@ -228,13 +231,14 @@ class KeyTable:
             id="key_" + secrets.token_hex(12), key_hash=secret_hash(secret), redacted=f"{secret[:7]}…{secret[-4:]}",
             name=name, team=team, created_at=int(time.time()), last_used_at=None, expires_at=expires_at,
             revoked_at=None, models=tuple(dict.fromkeys(models)) if models is not None else None,
-            limits=limits or Limits(),
+            limits=limits or Limits(), weight=weight,
         )  # fmt: skip
         async with self.database.transaction() as db:
             await db.execute(
-                f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 key.id, key.key_hash, key.redacted, key.name, key.team, key.created_at, None, key.expires_at, None,
                 json.dumps(list(key.models)) if key.models is not None else None, json.dumps(key.limits.as_dict()),
+                key.weight,
             )  # fmt: skip
             await db.notify(KEYS_CHANNEL, key.id)
         self._by_hash[key.key_hash] = key

@@ -176,6 +176,9 @@ MIGRATIONS: list[list[Statement]] = [
         )""",
         "CREATE INDEX usage_records_by_time ON usage_records (created_ms)",
     ],
+    [  # 9: a key's weight when busy engines are shared in turn (`backends/fairness.py`)
+        "ALTER TABLE api_keys ADD COLUMN weight DOUBLE PRECISION NOT NULL DEFAULT 1",
+    ],
 ]
 
 

@@ -33,7 +33,7 @@ async def create_chat_completion(request: Request) -> Response:
     upstream, generation.model = await request.app.state.router.resolve(body.model)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
-    observed = await metered(request, observed, "/v1/chat/completions", generation.model, upstream.name,
+    observed = await metered(request, observed, "/v1/chat/completions", generation.model, upstream,
                              generation.max_output_tokens)  # fmt: skip
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     renderer = ChatRenderer(body.model, include_usage=include_usage)

@@ -60,7 +60,7 @@ async def create_message(request: Request) -> Response:
     if observed is not None:
         observed.serving(generation.model, upstream.name)
     input_tokens, clamped = await _input_tokens(upstream, generation)
-    observed = await metered(request, observed, "/v1/messages", generation.model, upstream.name,
+    observed = await metered(request, observed, "/v1/messages", generation.model, upstream,
                              generation.max_output_tokens)  # fmt: skip
     renderer = MessagesRenderer(body.model, input_tokens=input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking,

@@ -48,7 +48,7 @@ async def create_response(request: Request) -> Response:
     observed = observation(request, "/v1/responses", body.stream and not body.background)
     conductor = orchestrator(request)
     prepared = await conductor.prepare(translate(body, conductor.sealer), owner)
-    observed = await metered(request, observed, "/v1/responses", prepared.generation.model, prepared.upstream.name,
+    observed = await metered(request, observed, "/v1/responses", prepared.generation.model, prepared.upstream,
                              prepared.generation.max_output_tokens)  # fmt: skip
     if body.background:
         run = await conductor.start_background(prepared, observed)

@@ -114,7 +114,7 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
     try:
         prepared = await conductor.prepare(translate(body, conductor.sealer), owner, cache)
         observed = await metered(websocket, observed, "/v1/responses", prepared.generation.model,
-                                 prepared.upstream.name, prepared.generation.max_output_tokens, body_bytes=0)
+                                 prepared.upstream, prepared.generation.max_output_tokens, body_bytes=0)
     except APIError:
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)
