@@ -238,6 +238,8 @@ class Settings(BaseSettings):
     """Accepted API keys (plain, or `sha256:<hex>` of the key); each owns what it creates."""
     admin_api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Keys (plain, or `sha256:<hex>`) for the admin API (`/admin/v1/api-keys`) and the usage report."""
+    record_usage: bool = True
+    """Record every generation for the usage report (`/v1/organization/usage/completions`)."""
     queue_timeout: float = Field(default=30.0, gt=0)
     """Seconds a request may wait for a busy engine (`max_concurrency`) before a 429 (529 on Messages)."""
     max_queue_per_key: int = Field(default=64, ge=0)

@@ -32,7 +32,7 @@ ANSWER_HEADERS = "answer_headers"
 async def metered(
     connection: HTTPConnection, observed: Observation | None, route: str, model: str, backend: Backend,
     max_output: int | None, body_bytes: int | None = None,
-) -> Meter:
+) -> Observation | Meter | None:
     """The generation's observer: counted against its key's limits (429 when it is over one), given
     its place at the engine when that is busy (`max_concurrency`: 429, or 529 `overloaded_error`
     on the Messages API, when none frees in time), and recorded in the usage report when it ends
@@ -44,19 +44,22 @@ async def metered(
     limiter: Limiter = state.limiter
     key: ApiKey | None = getattr(connection.state, "api_key", None)
     owner: str = getattr(connection.state, "owner", "")
+    ledger = state.usage if state.settings.record_usage else None
+    limits = limiter.limits_for(key)
+    gate = state.router.gate(backend)
+    if ledger is None and limits is None and gate is None:
+        return observed  # nothing to count, record or queue for
     info = current.get()
     record = UsageRecord(
         created_ms=int(time.time() * 1000), key_hash=owner, api_key_id=key.id if key is not None else _configured(owner),
         request_id=info.id if info is not None else None, route=route, model=model, upstream=backend.name,
         input_tokens=0, cached_tokens=0, output_tokens=0, reasoning_tokens=0, status="", duration_ms=0,
     )  # fmt: skip
-    meter = Meter(observed, limiter, None, state.usage, record)
+    meter = Meter(observed, limiter, None, ledger, record)
     if info is not None:
         meter.started = info.arrived
-    limits = limiter.limits_for(key)
     if limits is not None:
         await _admit(connection, meter, limits, owner, max_output, body_bytes)
-    gate = state.router.gate(backend)
     if gate is not None:
         settings = state.settings
         try:
@@ -86,8 +89,9 @@ async def _admit(connection: HTTPConnection, meter: Meter, limits: Limits, owner
         meter.admission = await limiter.admit(owner, limits, body_bytes, max_output)
     except Refused as refused:
         setattr(connection.state, ANSWER_HEADERS, refused.headers)
-        record.status = "429"
-        state.usage.add(record)
+        if meter.ledger is not None:
+            record.status = "429"
+            meter.ledger.add(record)
         raise APIError(429, str(refused), type="requests" if refused.limit in ("rpm", "max_concurrent") else "tokens",
                        code="rate_limit_exceeded") from None  # fmt: skip
     except Exception:  # the database of the counters failed: admit, uncounted
