@@ -117,3 +117,28 @@ def test_pages_of_buckets(upstream, database_url):
                                                           page=page.next_page)  # fmt: skip
         assert [b.start_time for b in rest.data] == [start + 2 * 86400, start + 3 * 86400]
         assert not rest.has_more and now < rest.data[-1].end_time <= int(time.time()) + 1
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_the_inspector_shows_a_key_its_own_usage_per_model_with_a_chart(upstream, database_url):
+    upstream.models = ["test-model", "other-model"]
+    upstream.responder = lambda body: text_exchange("hello")
+    with serve(create_app(_settings(upstream, database_url))) as url:
+        mine, theirs = _make_key(url, "mine"), _make_key(url, "theirs")
+        for key, model in ((mine, "test-model"), (mine, "other-model"), (theirs, "other-model"), (theirs, "other-model")):
+            openai.OpenAI(base_url=f"{url}/v1", api_key=key["key"], max_retries=0).chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "x"}])
+        with httpx.Client(base_url=url) as browser:
+            assert browser.get("/ui/usage").status_code == 303  # log in first
+            login = browser.post("/ui/login", data={"key": mine["key"], "next": "/ui/usage"})
+            assert login.status_code == 303
+            page = wait_for(lambda: (p := browser.get("/ui/usage")).status_code == 200 and "<rect" in p.text and p)
+            rows = page.text.split("<tbody>")[1]
+            # Its own generations, per model: one each; the other key's two are not there.
+            assert '<td class="model">other-model</td><td class="num">1</td><td class="num">10</td>' in rows
+            assert '<td class="model">test-model</td><td class="num">1</td>' in rows
+            assert theirs["id"] not in page.text and "2</td>" not in rows
+            assert page.text.count("<rect") == 2
+            for width in ("1m", "1d"):
+                assert browser.get("/ui/usage", params={"width": width}).status_code == 200
+            assert browser.get("/ui/usage", params={"width": "7y"}).status_code == 400

@@ -43,12 +43,15 @@ async def insert(database: Database, records: list[UsageRecord]) -> None:
 
 async def buckets(
     database: Database, start: int, end: int, width: int, group_by: list[str], api_key_ids: list[str] | None = None,
-    models: list[str] | None = None,
+    models: list[str] | None = None, key_hash: str | None = None,
 ) -> dict[int, list[dict[str, Any]]]:
     """Sums per bucket (its index from `start`, `width` seconds each) and group, between `start`
-    and `end` (Unix seconds, end excluded)."""
+    and `end` (Unix seconds, end excluded); `key_hash` keeps one key's (the inspector's viewer)."""
     groups = [column for column in GROUPS if column in group_by]
     where, args = ["created_ms >= ?", "created_ms < ?"], [start * 1000, end * 1000]
+    if key_hash is not None:
+        where.append("key_hash = ?")
+        args.append(key_hash)
     for column, values in (("api_key_id", api_key_ids), ("model", models)):
         if values:
             where.append(f"{column} IN ({', '.join('?' * len(values))})")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from ...operations.record import Recorder
 from ...orchestration.flights import Flights
 from ...orchestration.runs import Runs
 from ...store import Inspected, Store
+from ...store.usage import buckets as usage_buckets
 from ..streaming import event_stream
 from . import view as views
 from .access import COOKIE, SESSION_SECONDS, Refused, session_for, viewer
@@ -162,6 +164,27 @@ def _flight_row(response: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "response", "id": response["id"], "created_at": response["created_at"],
             "status": response["status"], "model": response.get("model"), "background": False,
             "body": response, "timeline": None, "in_flight": True}  # fmt: skip
+
+
+USAGE_WIDTHS = {"1m": 60, "1h": 3600, "1d": 86400}
+USAGE_BUCKETS = 30
+
+
+@router.get("/usage")
+async def usage_page(view: Viewer, width: str = "1h") -> Response:
+    """Tokens per model over the last 30 buckets of a minute, an hour or a day, with a chart: the
+    viewer's own key's (per model), or with no keys, everyone's (per key and model)."""
+    if width not in USAGE_WIDTHS:
+        return page("message.html", 400, title="Bad width", message="`width` is 1m, 1h or 1d.")
+    seconds = USAGE_WIDTHS[width]
+    end = (int(time.time()) // seconds + 1) * seconds
+    start = end - USAGE_BUCKETS * seconds
+    keyed = view.request.app.state.keys.required
+    found = await usage_buckets(view.store.database, start, end, seconds, ["model"] if keyed else ["api_key_id", "model"],
+                                key_hash=view.owner if keyed else None)  # fmt: skip
+    chart = views.usage_chart(found, start, seconds, USAGE_BUCKETS)
+    return view.page("usage.html", chart=chart, width=width, widths=list(USAGE_WIDTHS), keyed=keyed,
+                     totals=views.usage_totals(found))  # fmt: skip
 
 
 @router.get("/login")
