@@ -102,3 +102,23 @@ def test_keys_waiting_are_served_by_weight():
     # Weight 3 against 1: in every stretch of four admissions while both wait, three of a and one of b.
     for start in range(0, 16, 4):
         assert order[start : start + 4].count("b") == 1, order
+
+
+def test_a_client_that_leaves_while_waiting_or_streaming_gives_its_place_back(upstream, database_url):
+    upstream.time_scale = 1.0
+    upstream.responder = lambda body: slow_exchange(30, 0.05)
+    settings = _settings(upstream, database_url)
+    with serve(create_app(settings)) as url:
+        # Streams abandoned mid-answer, and requests abandoned while they wait for a place.
+        for _ in range(6):
+            try:
+                httpx.post(f"{url}/v1/chat/completions", headers={"Authorization": "Bearer flood"}, timeout=0.3,
+                           json={"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+            except httpx.TimeoutException:
+                pass
+        upstream.responder = lambda body: text_exchange("ok")
+        # Both places come back: two requests at once are served at once.
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda _: _chat(url, "single"), range(2)))
+        assert [status for status, _ in answers] == [200, 200]
+        assert max(seconds for _, seconds in answers) < 3

@@ -81,7 +81,6 @@ async def _admit(connection: HTTPConnection, meter: Meter, limits: Limits, owner
                  body_bytes: int | None) -> None:  # fmt: skip
     state = connection.app.state
     limiter: Limiter = state.limiter
-    record = meter.record
     if body_bytes is None:
         length = connection.headers.get("content-length", "")
         body_bytes = int(length) if length.isdigit() else 0
@@ -89,9 +88,8 @@ async def _admit(connection: HTTPConnection, meter: Meter, limits: Limits, owner
         meter.admission = await limiter.admit(owner, limits, body_bytes, max_output)
     except Refused as refused:
         setattr(connection.state, ANSWER_HEADERS, refused.headers)
-        if meter.ledger is not None:
-            record.status = "429"
-            meter.ledger.add(record)
+        meter.inner = None  # the metrics' observation never began: the answer is counted as any other
+        meter.end("429")
         raise APIError(429, str(refused), type="requests" if refused.limit in ("rpm", "max_concurrent") else "tokens",
                        code="rate_limit_exceeded") from None  # fmt: skip
     except Exception:  # the database of the counters failed: admit, uncounted

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..backends.fairness import Place
 from ..canonical.events import Event, Usage
-from ..operations.metrics import OUTPUT, Observation
+from ..operations.metrics import CLIENT_LEFT, OUTPUT, Observation
 from ..store.api_keys import ApiKey, Limits
 from ..store.counters import FLIGHT_LEASE_MS, Counted, Counters
 from ..store.usage import UsageRecord
@@ -219,6 +219,17 @@ class Meter:
             self._first = time.perf_counter()
         if self.inner is not None:
             self.inner.saw(event)
+
+    def __del__(self) -> None:
+        """A generation that never began (its client left between admission and the first step of
+        its stream) still gives its place and reservation back: nothing else would."""
+        if self.record is not None:
+            self.inner = None  # its observation never began either
+            if self.place is not None:
+                self.place.release()
+                self.place = None
+            with contextlib.suppress(Exception):  # (no event loop left at interpreter exit)
+                self.end(CLIENT_LEFT)
 
     def end(self, status: str) -> None:
         record, self.record = self.record, None  # type: ignore[assignment]
