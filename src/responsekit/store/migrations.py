@@ -10,6 +10,11 @@ from .database import Database
 Statement = str | dict[str, str]
 """SQL both databases run, or each database's own (by `Database.dialect`)."""
 
+_USAGE_COLUMNS = """created_ms BIGINT NOT NULL, key_hash TEXT NOT NULL, api_key_id TEXT, request_id TEXT,
+    route TEXT NOT NULL, model TEXT NOT NULL, upstream TEXT NOT NULL, input_tokens BIGINT NOT NULL,
+    cached_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL, reasoning_tokens BIGINT NOT NULL,
+    status TEXT NOT NULL, duration_ms BIGINT NOT NULL"""
+
 MIGRATIONS: list[list[Statement]] = [
     [  # 1: responses, their items and events; conversations and their items
         """CREATE TABLE responses (
@@ -157,23 +162,10 @@ MIGRATIONS: list[list[Statement]] = [
         )""",
         "CREATE INDEX limit_flights_by_key ON limit_flights (key_hash, until_ms)",
     ],
-    [  # 8: one row per generation, for the usage report (`store/usage.py`)
-        """CREATE TABLE usage_records (
-            id TEXT PRIMARY KEY,
-            created_ms BIGINT NOT NULL,
-            key_hash TEXT NOT NULL,
-            api_key_id TEXT,
-            request_id TEXT,
-            route TEXT NOT NULL,
-            model TEXT NOT NULL,
-            upstream TEXT NOT NULL,
-            input_tokens BIGINT NOT NULL,
-            cached_tokens BIGINT NOT NULL,
-            output_tokens BIGINT NOT NULL,
-            reasoning_tokens BIGINT NOT NULL,
-            status TEXT NOT NULL,
-            duration_ms BIGINT NOT NULL
-        )""",
+    [  # 8: one row per generation, for the usage report (`store/usage.py`), numbered in order (an
+        # integer key appends; a random one would write all over the table's B-tree)
+        {"sqlite": f"CREATE TABLE usage_records (id INTEGER PRIMARY KEY, {_USAGE_COLUMNS})",
+         "postgres": f"CREATE TABLE usage_records (id BIGSERIAL PRIMARY KEY, {_USAGE_COLUMNS})"},
         "CREATE INDEX usage_records_by_time ON usage_records (created_ms)",
     ],
     [  # 9: a key's weight when busy engines are shared in turn (`backends/fairness.py`)

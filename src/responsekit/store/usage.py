@@ -4,8 +4,7 @@ report (`GET /v1/organization/usage/completions`)."""
 
 from __future__ import annotations
 
-import secrets
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .database import Database
@@ -36,9 +35,16 @@ _FIELDS = ", ".join(UsageRecord.__slots__)  # type: ignore[attr-defined]
 
 
 async def insert(database: Database, records: list[UsageRecord]) -> None:
-    marks = ", ".join("?" * (len(UsageRecord.__slots__) + 1))  # type: ignore[attr-defined]
-    await database.executemany(f"INSERT INTO usage_records (id, {_FIELDS}) VALUES ({marks})",
-                               [("use_" + secrets.token_hex(10), *astuple(record)) for record in records])  # fmt: skip
+    marks = ", ".join("?" * len(UsageRecord.__slots__))  # type: ignore[attr-defined]
+    await database.executemany(f"INSERT INTO usage_records ({_FIELDS}) VALUES ({marks})",
+                               [_row(record) for record in records])
+
+
+def _row(record: UsageRecord) -> tuple[Any, ...]:
+    """The record's values in `_FIELDS` order (not `dataclasses.astuple`, which deep-copies each)."""
+    return (record.created_ms, record.key_hash, record.api_key_id, record.request_id, record.route, record.model,
+            record.upstream, record.input_tokens, record.cached_tokens, record.output_tokens, record.reasoning_tokens,
+            record.status, record.duration_ms)  # fmt: skip
 
 
 async def buckets(
