@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 
-def build(tokens: int, model: str, hold_seconds: float = 600.0, interval: float = 0.0) -> Starlette:
+def build(tokens: int, model: str, hold_seconds: float = 600.0, interval: float = 0.0, slots: int = 0) -> Starlette:
     head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": model}
 
     def chunk(delta: dict, finish: str | None = None, **extra: object) -> bytes:
@@ -44,6 +44,10 @@ def build(tokens: int, model: str, hold_seconds: float = 600.0, interval: float 
     }  # fmt: skip
     held = f"{model}-hold"
 
+    turns = asyncio.Semaphore(slots) if slots else None
+    """With `slots`, a streamed answer waits for one (first come, first served), as llama.cpp's
+    requests wait for a free slot."""
+
     def loop_time() -> float:
         return asyncio.get_running_loop().time()
 
@@ -60,6 +64,15 @@ def build(tokens: int, model: str, hold_seconds: float = 600.0, interval: float 
         hold = body.get("model") == held
 
         async def stream():  # type: ignore[no-untyped-def]
+            if turns is not None:
+                async with turns:
+                    async for frame in answer():
+                        yield frame
+                return
+            async for frame in answer():
+                yield frame
+
+        async def answer():  # type: ignore[no-untyped-def]
             start = loop_time()
             for position, frame in enumerate(frames):
                 if interval and 1 <= position <= tokens:
@@ -82,8 +95,9 @@ def main() -> None:
     parser.add_argument("--model", default="bench-model")
     parser.add_argument("--hold-seconds", type=float, default=600.0)
     parser.add_argument("--token-interval", type=float, default=0.0, help="seconds each token takes (default: none)")
+    parser.add_argument("--slots", type=int, default=0, help="streams generated at once; more wait in turn (default: no bound)")
     args = parser.parse_args()
-    app = build(args.tokens, args.model, args.hold_seconds, args.token_interval)
+    app = build(args.tokens, args.model, args.hold_seconds, args.token_interval, args.slots)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, backlog=4096)
 
 

@@ -305,7 +305,8 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
 
 
 def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url: str, data: Path,
-                   peers: bool, without_metrics: bool = False, with_traces: bool = False) -> list[Gateway]:  # fmt: skip
+                   peers: bool, without_metrics: bool = False, with_traces: bool = False,
+                   without_usage: bool = False) -> list[Gateway]:  # fmt: skip
     engine_port = int(engine_url.rsplit(":", 1)[1].split("/")[0])
     gateways = [Gateway("direct (engine)", chat_target(engine_port, MODEL), b"[DONE]", engine.pid)]
     hold = f"{MODEL}-hold"
@@ -328,6 +329,16 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
             Gateway("ResponseKit --no-metrics /v1/responses", responses_target(port, MODEL), b"response.completed", bare.pid),
             Gateway("ResponseKit --no-metrics /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", bare.pid),
             Gateway("ResponseKit --no-metrics /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
+        ]  # fmt: skip
+    if without_usage:  # the same server recording no usage, taking turns with the one above
+        port = free_port()
+        command = [*serve, "--port", str(port), "--data-dir", str(data / "responsekit-no-usage")]
+        bare = stack.enter_context(service("responsekit no usage", command, f"http://127.0.0.1:{port}/health",
+                                           env={"RESPONSEKIT_RECORD_USAGE": "false"}))  # fmt: skip
+        gateways += [
+            Gateway("ResponseKit no usage /v1/responses", responses_target(port, MODEL), b"response.completed", bare.pid),
+            Gateway("ResponseKit no usage /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", bare.pid),
+            Gateway("ResponseKit no usage /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
         ]  # fmt: skip
     if with_traces:  # the same server with traces on, exported to a sink that drops them
         sink_port, port = free_port(), free_port()
@@ -460,7 +471,7 @@ async def benchmark(args: argparse.Namespace, section: Section, open_streams_cou
                                                         "--token-interval", str(section.interval)],
                                              f"{engine_url}/models"))  # fmt: skip
         section.gateways = gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers,
-                                                      args.without_metrics, args.with_traces)
+                                                      args.without_metrics, args.with_traces, args.without_usage)
         started = time.monotonic()
         load_before = os.getloadavg()[0]
         for stream in (True, False):
@@ -535,6 +546,8 @@ def main() -> None:
     parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")
     parser.add_argument("--without-metrics", action="store_true",
                         help="also a ResponseKit with --no-metrics, to measure what the metrics cost")
+    parser.add_argument("--without-usage", action="store_true",
+                        help="also a ResponseKit with RESPONSEKIT_RECORD_USAGE=false, to measure what recording usage costs")
     parser.add_argument("--with-traces", action="store_true",
                         help="also a ResponseKit exporting OpenTelemetry traces (to bench/otlp_sink.py), to measure "
                         "what traces cost")

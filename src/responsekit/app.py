@@ -10,11 +10,12 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from . import __version__
+from .api import admin as admin_api
 from .api import conversations, front, models
 from .api import files as files_api
 from .api import metrics as metrics_api
 from .api import vector_stores as vector_stores_api
-from .api.auth import key_hash
+from .api.auth import Keys, key_hash
 from .api.chat import routes as chat
 from .api.http import JSONResponse, install_error_handlers
 from .api.messages import routes as messages
@@ -30,10 +31,14 @@ from .operations import logs, tracing
 from .operations.metrics import Metrics, PoolMembers, ScrapeTime
 from .operations.record import Recorder
 from .orchestration.attachments import Attachments
+from .orchestration.limits import Limiter
 from .orchestration.orchestrator import Orchestrator
 from .orchestration.runs import Runs
 from .orchestration.sealing import Sealer
+from .orchestration.usage import UsageLedger
 from .store import Store
+from .store.api_keys import KeyTable, Limits
+from .store.counters import Counters
 from .tools.outbound import UrlPolicy
 from .tools.web import web_search_from
 
@@ -66,6 +71,12 @@ def create_app(settings: Settings) -> FastAPI:
             store.database = metrics.timed(store.database)
         runs = Runs(store, settings.lease_seconds, render.resumed)
         app.state.store = store
+        keys.table = KeyTable(store.database)
+        await keys.table.start()
+        limiter = app.state.limiter = Limiter(Counters(store.database), Limits(**settings.default_limits.model_dump()))
+        limiter.start()
+        usage = app.state.usage = UsageLedger(store.database)
+        usage.start()
         app.state.vector_stores = await VectorStores.open(settings, store.database)
         if metrics is not None:
             metrics.registry.register(ScrapeTime(runs.states, app.state.vector_stores.ingestor.queue))
@@ -92,7 +103,7 @@ def create_app(settings: Settings) -> FastAPI:
         await runs.start()
         try:  # a model that fails to load still closes what was opened, so the process ends
             await router.start()
-            if not settings.api_keys:
+            if not keys.required:
                 if settings.listen_host in ("127.0.0.1", "localhost", "::1"):
                     log.info("no API keys configured: listening on %s only", settings.listen_host)
                 else:
@@ -104,6 +115,9 @@ def create_app(settings: Settings) -> FastAPI:
                 await web.aclose()
             await router.aclose()
             await app.state.vector_stores.close()
+            await limiter.stop()
+            await usage.stop()
+            await keys.table.stop()
             await store.close()
             tracing.shutdown()
 
@@ -113,7 +127,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.router = router
     app.state.web_search, app.state.web_search_off = None, None
     app.state.recorder = recorder
-    app.state.owners = frozenset(key_hash(key) for key in settings.api_keys)
+    keys = app.state.keys = Keys(frozenset(key_hash(key) for key in settings.api_keys),
+                                 frozenset(key_hash(key) for key in settings.admin_api_keys))
     # Routers are tried in order, each route's pattern in turn: the generation routes come early
     # (/v1/messages after the files APIs cost a tenth of a request's CPU). The messages
     # router comes after the models API, whose `/v1/models` answers before its doubled-/v1 one.
@@ -124,6 +139,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(frontend, include_in_schema=False)
     app.include_router(models.health)
     app.include_router(front.router)  # `/`: what runs here, how to connect
+    app.include_router(admin_api.router)
+    app.include_router(admin_api.usage_router)
     if metrics is not None:
         app.include_router(metrics_api.router)
     app.include_router(ui.router)  # the inspector, last: no generation route tries it first

@@ -105,6 +105,9 @@ class UpstreamConfig(BaseModel):
     """For `api = "completions"`: fields added to every request (engine options such as `repeat_penalty`)."""
     timeout: float = 600.0
     """Seconds to wait for the engine's next chunk before failing the response."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Generations sent to this engine at once; more wait in a queue per key, served in turn
+    across keys (`backends/fairness.py`). Unset: no bound."""
     connect_timeout: float = 10.0
 
     @field_validator("parser")
@@ -149,6 +152,23 @@ class UpstreamConfig(BaseModel):
             parts = urlsplit(self.base_url)
             self.name = parts.netloc or self.base_url
         return self
+
+
+class LimitsConfig(BaseModel):
+    """Limits per key (`default_limits`, and each stored key's own); unset: no limit of that kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per minute."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens (input and output) per minute."""
+    max_concurrent: int | None = Field(default=None, ge=1)
+    """Requests at once."""
+    daily_tokens: int | None = Field(default=None, ge=1)
+    """Tokens per UTC day."""
+    monthly_tokens: int | None = Field(default=None, ge=1)
+    """Tokens per UTC month."""
 
 
 class LocalModel(BaseModel):
@@ -229,6 +249,17 @@ class Settings(BaseSettings):
     """`postgresql://…` for several replicas; default: SQLite in the data directory."""
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Accepted API keys (plain, or `sha256:<hex>` of the key); each owns what it creates."""
+    admin_api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Keys (plain, or `sha256:<hex>`) for the admin API (`/admin/v1/api-keys`) and the usage report."""
+    record_usage: bool = True
+    """Record every generation for the usage report (`/v1/organization/usage/completions`)."""
+    queue_timeout: float = Field(default=30.0, gt=0)
+    """Seconds a request may wait for a busy engine (`max_concurrency`) before a 429 (529 on Messages)."""
+    max_queue_per_key: int = Field(default=64, ge=0)
+    """Requests of one key that may wait for a busy engine; beyond, refused at once."""
+    default_limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    """Limits for every key that does not set its own (configured keys, and the one anonymous owner
+    without keys): `rpm`, `tpm`, `max_concurrent`, `daily_tokens`, `monthly_tokens`."""
     sealing_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Keys sealing reasoning and compaction blobs, newest first (default: the data dir's key file)."""
     summarizer_model: str | None = None
@@ -322,7 +353,7 @@ class Settings(BaseSettings):
             return [{"path": part.strip()} for part in text.split(",") if part.strip()]
         return value
 
-    @field_validator("api_keys", "sealing_keys", "allowed_hosts", mode="before")
+    @field_validator("api_keys", "admin_api_keys", "sealing_keys", "allowed_hosts", mode="before")
     @classmethod
     def _keys(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -331,7 +362,7 @@ class Settings(BaseSettings):
 
     @property
     def listen_host(self) -> str:
-        return self.host or ("0.0.0.0" if self.api_keys else "127.0.0.1")
+        return self.host or ("0.0.0.0" if self.api_keys or self.admin_api_keys else "127.0.0.1")
 
     @property
     def database(self) -> str:

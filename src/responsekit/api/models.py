@@ -17,6 +17,9 @@ async def list_models(request: Request, owner: Owner) -> dict[str, Any]:
     """OpenAI's list, or Anthropic's when the request carries `anthropic-version` (Claude Code's
     gateway model discovery)."""
     models = request.app.state.router.list_models()
+    key = getattr(request.state, "api_key", None)
+    if key is not None and key.models is not None:  # a key limited to some models sees those only
+        models = [model for model in models if key.allows(model["id"])]
     if "anthropic-version" in request.headers:
         return anthropic_models(models)
     return {"object": "list", "data": models}

@@ -20,6 +20,7 @@ from ..canonical.ids import new_id
 from ..operations import tracing
 from ..operations.logs import ACCESS_LOGGER, RequestInfo, current
 from ..operations.metrics import Metrics
+from .limits import ANSWER_HEADERS
 
 HEADER = b"x-request-id"
 SANE_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
@@ -74,6 +75,9 @@ class RequestIds:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()), header]
+                extra = scope.get("state", {}).get(ANSWER_HEADERS)  # rate limits (`limits.py`)
+                if extra:
+                    message["headers"] += [(name.encode(), value.encode()) for name, value in extra.items()]
             await send(message)
 
         traced = tracing.active.start_server_span(scope) if tracing.active is not None else None

@@ -55,6 +55,11 @@ class Member:
         self.cooling_until = 0.0
         self.prefixes = PrefixTree()
 
+    def full(self) -> bool:
+        """Whether it has its `max_concurrency` of generations in flight (`fairness.py` keeps the pool's total within the sum)."""
+        bound = self.upstream.config.max_concurrency
+        return bound is not None and self.in_flight >= bound
+
     def cooling(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) < self.cooling_until
 
@@ -107,6 +112,7 @@ class Pool:
         usable = [member for member in candidates if not member.cooling(now)]
         if not usable:  # every member is cooling: the one back soonest is the best chance
             return min(candidates, key=lambda member: member.cooling_until)
+        usable = [member for member in usable if not member.full()] or usable
         if self.balance == "round_robin":
             return usable[next(self._turn) % len(usable)]
         if self.balance == "least_loaded":

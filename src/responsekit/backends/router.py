@@ -19,6 +19,7 @@ from ..operations.record import Recorder
 from . import Backend, default_model
 from .chat_upstream import ChatUpstream
 from .completions import CompletionsUpstream
+from .fairness import FairGate
 from .llama_cpp import LlamaCppBackend
 from .pool import Member, Pool
 
@@ -72,6 +73,7 @@ class ModelRouter:
         self._members: dict[int, Member] = {}
         """Each pooled upstream's state, by the upstream's id (shared by the pools of its models)."""
         self._pools: dict[tuple[str, str], Pool] = {}
+        self._gates: dict[tuple[str, ...], FairGate] = {}
         """Pools by (pool name, model)."""
         self._prober: asyncio.Task[None] | None = None
         self._refreshed_at = float("-inf")
@@ -245,6 +247,37 @@ class ModelRouter:
             return None
         backend, target = found
         return {"reads_images": backend.reads_images(target), "source": backend.images_source(target)}
+
+    def gate(self, backend: Backend) -> FairGate | None:
+        """The fair queue in front of this upstream or pool (None: it has no `max_concurrency`;
+        a pool has one when all its members do)."""
+        if isinstance(backend, Pool):
+            upstreams = [member.upstream for member in backend.members]
+        elif isinstance(backend, (ChatUpstream, CompletionsUpstream)):
+            upstreams = [backend]
+        else:
+            return None
+        if not upstreams or any(u.config.max_concurrency is None for u in upstreams):
+            return None
+        name = backend.name if isinstance(backend, Pool) else backend.config.name
+        key = tuple(u.config.name for u in upstreams)
+        gate = self._gates.get(key)
+        if gate is None:
+            if isinstance(backend, Pool):
+                members = backend.members
+
+                def capacity() -> int:
+                    now = time.monotonic()
+                    live = [m for m in members if not m.cooling(now)] or members
+                    return sum(m.upstream.config.max_concurrency or 0 for m in live)
+            else:
+                bound = upstreams[0].config.max_concurrency or 0
+
+                def capacity() -> int:
+                    return bound
+
+            gate = self._gates[key] = FairGate(name, capacity)
+        return gate
 
     def serves(self, model: str) -> bool:
         """Whether `model` is a name an engine serves (what `resolve` returns)."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
+import time
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import uvicorn
@@ -343,3 +346,145 @@ def template_inspect(
     width = max(len(label) for label, _ in lines)
     for label, value in lines:
         typer.echo(f"{label + ':':<{width + 1}} {value}")
+
+
+api_keys = typer.Typer(no_args_is_help=True, help="API keys kept in the store (the server sees changes within a second).")
+app.add_typer(api_keys, name="api-keys")
+
+DataDir = Annotated[
+    Path | None, typer.Option(help="Where state is kept (default: the configured one).", show_default=False)
+]
+DatabaseUrl = Annotated[
+    str | None, typer.Option(help="postgresql://… of the server (default: SQLite in the data dir).", show_default=False)
+]
+
+@api_keys.command("create")
+def api_keys_create(
+    name: Annotated[str, typer.Option(help="What the key is for (shown in listings).")],
+    team: Annotated[str | None, typer.Option(help="The team it belongs to.", show_default=False)] = None,
+    models: Annotated[
+        str | None, typer.Option(help="The models it may use, comma-separated (default: all).", show_default=False)
+    ] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option(help="When it stops working: an ISO date or time (UTC unless it says), or a span "
+                     "from now such as 30d, 12h or 90m.", show_default=False),
+    ] = None,
+    rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="Requests per minute.", show_default=False)] = None,
+    tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="Tokens per minute.", show_default=False)] = None,
+    max_concurrent: Annotated[int | None, typer.Option(min=1, help="Requests at once.", show_default=False)] = None,
+    daily_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per UTC day.", show_default=False)] = None,
+    monthly_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per UTC month.", show_default=False)] = None,
+    weight: Annotated[float, typer.Option(min=0.001, max=1000, help="Its share of a busy engine against other keys.")] = 1.0,
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
+) -> None:
+    """Make a key; its secret is printed once, alone on the last line (only its hash is kept)."""
+    from ..store.api_keys import Limits
+    from .api_keys import expiry, open_table
+
+    try:
+        expires_at = expiry(expires) if expires else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--expires") from None
+    limits = Limits(rpm=rpm, tpm=tpm, max_concurrent=max_concurrent, daily_tokens=daily_tokens,
+                    monthly_tokens=monthly_tokens)  # fmt: skip
+    chosen = [model.strip() for model in models.split(",") if model.strip()] if models is not None else None
+
+    async def create() -> tuple[Any, str]:
+        async with open_table(_database(config, data_dir, database_url)) as table:
+            return await table.create(name, team=team, models=chosen, expires_at=expires_at, limits=limits,
+                                      weight=weight)
+
+    key, secret = asyncio.run(create())
+    for line in _describe(key.body()):
+        typer.echo(line)
+    typer.echo(secret)
+
+
+@api_keys.command("list")
+def api_keys_list(
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per key.")] = False,
+) -> None:
+    """Every stored key (revoked ones too), oldest first."""
+    from .api_keys import open_table
+
+    async def listing() -> list[Any]:
+        async with open_table(_database(config, data_dir, database_url)) as table:
+            return await table.listing()
+
+    for key in asyncio.run(listing()):
+        body = key.body()
+        if as_json:
+            typer.echo(json.dumps(body))
+            continue
+        state = "revoked" if body["revoked_at"] else "expired" if not key.usable(time.time()) else "active"
+        typer.echo(f"{body['id']}  {state:<7}  {body['redacted_value']}  {body['name']}"
+                   + (f"  (team {body['team']})" if body["team"] else ""))  # fmt: skip
+
+
+@api_keys.command("show")
+def api_keys_show(
+    key_id: Annotated[str, typer.Argument(help="The key's id (key_…).")],
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
+) -> None:
+    """One key's fields, as JSON."""
+    from .api_keys import open_table
+
+    async def show() -> Any:
+        async with open_table(_database(config, data_dir, database_url)) as table:
+            return await table.get(key_id)
+
+    key = asyncio.run(show())
+    if key is None:
+        typer.echo(f"no API key {key_id}", err=True)
+        raise typer.Exit(1)
+    typer.echo(json.dumps(key.body(), indent=2))
+
+
+@api_keys.command("revoke")
+def api_keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (key_…).")],
+    data_dir: DataDir = None,
+    database_url: DatabaseUrl = None,
+    config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
+) -> None:
+    """Refuse the key from now on, on every replica."""
+    from .api_keys import open_table
+
+    async def revoke() -> Any:
+        async with open_table(_database(config, data_dir, database_url)) as table:
+            return await table.revoke(key_id)
+
+    key = asyncio.run(revoke())
+    if key is None:
+        typer.echo(f"no API key {key_id}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"revoked {key.id} ({key.name})")
+
+
+def _database(config: Path | None, data_dir: Path | None, database_url: str | None) -> str:
+    """The database `serve` would use with these options."""
+    try:
+        return load_settings(config, data_dir=data_dir, database_url=database_url).database
+    except (ValidationError, ValueError, FileNotFoundError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _describe(body: dict[str, Any]) -> list[str]:
+    limits = ", ".join(f"{name} {value}" for name, value in body["limits"].items() if value is not None)
+    lines = [f"id: {body['id']}", f"name: {body['name']}"]
+    if body["team"]:
+        lines.append(f"team: {body['team']}")
+    lines.append(f"models: {', '.join(body['models']) if body['models'] is not None else 'all'}")
+    if body["expires_at"]:
+        lines.append(f"expires: {datetime.fromtimestamp(body['expires_at'], UTC).isoformat()}")
+    lines.append(f"limits: {limits or 'none of its own'}")
+    lines.append("the key (shown this once; only its hash is kept):")
+    return lines

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -124,6 +124,22 @@ class Metrics:
     def timed(self, database: Database) -> Database:
         return TimedDatabase(database, {kind: self.child(self.store, kind)
                                         for kind in ("transaction", "execute", "query")})  # fmt: skip
+
+
+class Observer(Protocol):
+    """What watches a generation as `rendering.rendered` drives it: the metrics' `Observation`,
+    or the meter of limits and usage (`orchestration/limits.py`) around one."""
+
+    @property
+    def first_token(self) -> float | None: ...
+
+    def serving(self, model: str, upstream: str) -> None: ...
+
+    def begin(self) -> None: ...
+
+    def saw(self, event: Event) -> None: ...
+
+    def end(self, status: str) -> None: ...
 
 
 class Observation:

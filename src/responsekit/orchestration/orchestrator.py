@@ -32,7 +32,7 @@ from ..canonical.ids import new_id
 from ..files.service import VectorStores
 from ..operations import tracing
 from ..operations.logs import request_id
-from ..operations.metrics import Observation
+from ..operations.metrics import Observer
 from ..store import Store
 from ..tools import ServerTools
 from ..tools.file_search import add_file_search
@@ -376,7 +376,7 @@ class Orchestrator:
 
     # --- in the foreground --------------------------------------------------------------
 
-    async def events(self, prepared: Prepared, observation: Observation | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, prepared: Prepared, observation: Observer | None = None) -> AsyncIterator[dict[str, Any]]:
         """The response's events; it is persisted before its terminal event goes out."""
         if observation is not None:
             observation.serving(prepared.generation.model, prepared.upstream.name)
@@ -410,7 +410,7 @@ class Orchestrator:
 
     # --- in the background --------------------------------------------------------------
 
-    async def start_background(self, prepared: Prepared, observation: Observation | None = None) -> Run:
+    async def start_background(self, prepared: Prepared, observation: Observer | None = None) -> Run:
         await self.store.start_response(
             prepared.owner, prepared.response, prepared.inputs, self.runs.lease_until_ms(), request_id=request_id()
         )
@@ -418,7 +418,7 @@ class Orchestrator:
             observation.serving(prepared.generation.model, prepared.upstream.name)
         return self.runs.launch(prepared.response["id"], lambda run: self._run(prepared, run, observation))
 
-    async def _run(self, prepared: Prepared, run: Run, observation: Observation | None) -> None:
+    async def _run(self, prepared: Prepared, run: Run, observation: Observer | None) -> None:
         renderer, timeline = prepared.renderer, prepared.timeline
         assert timeline is not None, "background responses are stored"
 

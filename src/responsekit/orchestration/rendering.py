@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from ..canonical.errors import APIError, error_type_for_status
 from ..canonical.events import Error, Event, Usage
-from ..operations.metrics import CLIENT_LEFT, Observation
+from ..operations.metrics import CLIENT_LEFT, Observer
 
 ENDINGS = frozenset({Usage, Error})
 
@@ -30,7 +30,7 @@ class Renderer(Protocol):
 
 
 async def rendered(
-    renderer: Renderer, events: AsyncIterator[Event], observation: Observation | None = None
+    renderer: Renderer, events: AsyncIterator[Event], observation: Observer | None = None
 ) -> AsyncIterator[dict[str, Any]]:
     """Every frontend event of one generation, ending with the renderer's last one.
 
@@ -63,7 +63,7 @@ async def rendered(
             observation.end(str(failed.status) if failed is not None else "200" if renderer.finished else CLIENT_LEFT)
 
 
-async def drain(renderer: Renderer, events: AsyncIterator[Event], observation: Observation | None = None) -> None:
+async def drain(renderer: Renderer, events: AsyncIterator[Event], observation: Observer | None = None) -> None:
     """Run a generation to its end for a non-streaming answer (the renderer keeps the result)."""
     async for _ in rendered(renderer, events, observation):
         pass

@@ -10,6 +10,11 @@ from .database import Database
 Statement = str | dict[str, str]
 """SQL both databases run, or each database's own (by `Database.dialect`)."""
 
+_USAGE_COLUMNS = """created_ms BIGINT NOT NULL, key_hash TEXT NOT NULL, api_key_id TEXT, request_id TEXT,
+    route TEXT NOT NULL, model TEXT NOT NULL, upstream TEXT NOT NULL, input_tokens BIGINT NOT NULL,
+    cached_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL, reasoning_tokens BIGINT NOT NULL,
+    status TEXT NOT NULL, duration_ms BIGINT NOT NULL"""
+
 MIGRATIONS: list[list[Statement]] = [
     [  # 1: responses, their items and events; conversations and their items
         """CREATE TABLE responses (
@@ -133,6 +138,49 @@ MIGRATIONS: list[list[Statement]] = [
             created_ms BIGINT NOT NULL,
             PRIMARY KEY (kind, hash)
         )""",
+    ],
+    [  # 7: API keys kept as data (`store/api_keys.py`): only a key's SHA-256 is stored, which is
+        # also the owner of what the key creates; `models` and `limits` are JSON (NULL: all models)
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            key_hash TEXT NOT NULL UNIQUE,
+            redacted TEXT NOT NULL,
+            name TEXT NOT NULL,
+            team TEXT,
+            created_at BIGINT NOT NULL,
+            last_used_at BIGINT,
+            expires_at BIGINT,
+            revoked_at BIGINT,
+            models TEXT,
+            limits TEXT NOT NULL
+        )""",
+    ],
+    [  # 8: limits counted where every replica sees them (`store/counters.py`): requests and tokens
+        # per key and window (`span`: `minute`, `day`, `month`, or `key`, the row each admission
+        # locks first), and the requests in flight, each with a lease its process renews
+        """CREATE TABLE limit_windows (
+            key_hash TEXT NOT NULL,
+            span TEXT NOT NULL,
+            start BIGINT NOT NULL,
+            requests BIGINT NOT NULL,
+            tokens BIGINT NOT NULL,
+            PRIMARY KEY (key_hash, span, start)
+        )""",
+        """CREATE TABLE limit_flights (
+            id TEXT PRIMARY KEY,
+            key_hash TEXT NOT NULL,
+            until_ms BIGINT NOT NULL
+        )""",
+        "CREATE INDEX limit_flights_by_key ON limit_flights (key_hash, until_ms)",
+    ],
+    [  # 9: one row per generation, for the usage report (`store/usage.py`), numbered in order (an
+        # integer key appends; a random one would write all over the table's B-tree)
+        {"sqlite": f"CREATE TABLE usage_records (id INTEGER PRIMARY KEY, {_USAGE_COLUMNS})",
+         "postgres": f"CREATE TABLE usage_records (id BIGSERIAL PRIMARY KEY, {_USAGE_COLUMNS})"},
+        "CREATE INDEX usage_records_by_time ON usage_records (created_ms)",
+    ],
+    [  # 10: a key's weight when busy engines are shared in turn (`backends/fairness.py`)
+        "ALTER TABLE api_keys ADD COLUMN weight DOUBLE PRECISION NOT NULL DEFAULT 1",
     ],
 ]
 

@@ -15,8 +15,9 @@ from ...orchestration.tool_loop import with_server_tools
 from ...tools import ServerTools
 from ...tools.names import ToolOrigin, ToolSet
 from ...tools.web.tool import add_web_search
-from ..auth import authorize
+from ..auth import allow_model, authorize
 from ..http import JSONResponse, read_body
+from ..limits import metered
 from ..metrics import observation
 from ..routing import plain_post
 from ..streaming import event_stream, unless_disconnected
@@ -35,6 +36,7 @@ MAX_SEARCHES = 8
 async def create_chat_completion(request: Request) -> Response:
     owner = authorize(request)
     body = await read_body(request, CreateChatCompletion)
+    allow_model(request, body.model)
     observed = observation(request, "/v1/chat/completions", body.stream)
     generation = translate(body)
     web_spec = body.web_search_spec()
@@ -43,6 +45,8 @@ async def create_chat_completion(request: Request) -> Response:
     generation = await attachments.prepare(upstream, generation, owner)
     if observed is not None:
         observed.serving(generation.model, upstream.name)
+    observed = await metered(request, observed, "/v1/chat/completions", generation.model, upstream,
+                             generation.max_output_tokens)  # fmt: skip
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     web = request.app.state.web_search
     if web_spec is not None and web is None:

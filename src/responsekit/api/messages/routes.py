@@ -26,8 +26,9 @@ from ...tools.names import ToolOrigin, ToolSet
 from ...tools.web.fetch_tool import FETCH, add_web_fetch, context_urls
 from ...tools.web.tool import NAMESPACE as WEB
 from ...tools.web.tool import SEARCH, add_web_search
-from ..auth import authorize
+from ..auth import allow_model, authorize
 from ..http import JSONResponse, error_envelope, read_body
+from ..limits import metered
 from ..metrics import observation
 from ..models import list_models
 from ..routing import PlainRoute, json_body, plain_post
@@ -54,6 +55,7 @@ def _anthropic_error(status: int, message: str) -> dict[str, Any]:
 async def create_message(request: Request) -> Response:
     authorize(request)
     body = await read_body(request, CreateMessage)
+    allow_model(request, body.model)
     observed = observation(request, "/v1/messages", body.stream)
     state = request.app.state
     sealer = state.orchestrator.sealer
@@ -82,6 +84,8 @@ async def create_message(request: Request) -> Response:
     generation = await state.attachments.prepare(upstream, generation)
     input_tokens, clamped = await _input_tokens(upstream, generation)
     served = {name: origin.kind for name, origin in toolset.origins.items() if origin.server_side}
+    observed = await metered(request, observed, "/v1/messages", generation.model, upstream,
+                             generation.max_output_tokens)  # fmt: skip
     renderer = MessagesRenderer(body.model, input_tokens=input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking, stop_sequences=translation.stop_sequences,
                                 server_tools=served, seal_result=lambda text: sealer.seal("web_search", text))  # fmt: skip
@@ -114,6 +118,7 @@ async def count_tokens(request: Request) -> dict[str, Any]:
     compacts its history by this count), else an estimate marked `estimated`."""
     authorize(request)
     body = await read_body(request, MessageParams)
+    allow_model(request, body.model)
     translation = translate(body, request.app.state.orchestrator.sealer,
                             strip_billing_header=request.app.state.settings.strip_billing_header)  # fmt: skip
     upstream, translation.generation.model = await request.app.state.router.resolve(body.model)

@@ -18,8 +18,9 @@ from ...orchestration.items import normalize_items
 from ...orchestration.orchestrator import Orchestrator
 from ...orchestration.rendering import raise_for_error
 from ...store import RUNNING, paginate
-from ..auth import Owner, authorize
+from ..auth import Owner, allow_model, authorize
 from ..http import JSONResponse, read_body
+from ..limits import metered
 from ..metrics import observation
 from ..routing import json_body, plain_post
 from ..streaming import event_stream, unless_disconnected
@@ -45,12 +46,15 @@ async def create_for(request: Request, owner: str) -> Response:
     """`POST /v1/responses` for `owner`, however the request proved it is theirs: a bearer key
     here, the inspector's session for the playground (`api/ui/playground.py`)."""
     body = await read_body(request, CreateResponse)
+    allow_model(request, body.model)
     limit = request.app.state.settings.max_input_items
     if len(body.input_items) > limit:
         raise APIError(400, f"`input` has more than {limit} items.", param="input", code="invalid_value")
     observed = observation(request, "/v1/responses", body.stream and not body.background)
     conductor = orchestrator(request)
     prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner)
+    observed = await metered(request, observed, "/v1/responses", prepared.generation.model, prepared.upstream,
+                             prepared.generation.max_output_tokens)  # fmt: skip
     if body.background:
         run = await conductor.start_background(prepared, observed)
         if body.stream:
@@ -80,6 +84,7 @@ class CompactRequest(BaseModel):
 async def compact(request: Request, owner: Owner) -> dict[str, Any]:
     """The history summarized into one compaction item; sent back as input, it restores the summary."""
     body = await read_body(request, CompactRequest)
+    allow_model(request, body.model)
     conductor = orchestrator(request)
     items: list[dict[str, Any]] = []
     if body.instructions:
@@ -104,6 +109,7 @@ async def compact(request: Request, owner: Owner) -> dict[str, Any]:
 async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
     """Exact when the engine can tokenize (llama.cpp, vLLM, SGLang), else an estimate marked as such."""
     body = await read_body(request, CreateResponse)
+    allow_model(request, body.model)
     conductor = orchestrator(request)
     prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner)
     count, exact = await prepared.upstream.count_tokens(prepared.generation)

@@ -24,8 +24,9 @@ from pydantic import ValidationError
 from ...canonical.errors import APIError
 from ...canonical.sse import dumps
 from ...orchestration.orchestrator import History, Orchestrator
-from ..auth import authorize
+from ..auth import allow_model, authorize
 from ..http import validation_error
+from ..limits import metered
 from .request import CreateResponse, translate
 
 log = logging.getLogger(__name__)
@@ -102,14 +103,18 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
         raise APIError(400, f"Unsupported event type {event.get('type')!r}; send `response.create`.",
                        param="type", code="invalid_value")  # fmt: skip
     stream_id = event.get("stream_id")
+    authorize(websocket)  # again: a key revoked or expired since the socket opened is refused now
     try:
         body = CreateResponse.model_validate({k: v for k, v in event.items() if k not in _NOT_FOR_SOCKETS})
     except ValidationError as exc:
         raise validation_error(exc) from None
+    allow_model(websocket, body.model)
     metrics = websocket.app.state.metrics
     observed = metrics.observation("/v1/responses", True) if metrics is not None else None
     try:
         prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner, cache)
+        observed = await metered(websocket, observed, "/v1/responses", prepared.generation.model,
+                                 prepared.upstream, prepared.generation.max_output_tokens, body_bytes=0)
     except APIError:
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)

@@ -38,21 +38,21 @@ def loopback(host: str | None) -> bool:
 
 def viewer(request: Request) -> str | None:
     """The owner whose objects this browser sees; None when it must log in first."""
-    owners: frozenset[str] = request.app.state.owners
-    if not owners:
+    keys = request.app.state.keys
+    if not keys.required:
         if not loopback(request.client.host if request.client else None):
             raise Refused
         return ""
     sealed = request.cookies.get(COOKIE)
     owner = _sealer(request).open(SESSION, sealed, max_age=SESSION_SECONDS) if sealed else None
-    return owner if owner in owners else None  # a key removed from the configuration ends its sessions
+    return owner if owner is not None and keys.valid(owner) else None  # a key removed or revoked ends its sessions
 
 
 def session_for(request: Request, key: str) -> str | None:
     """The cookie value for a login with `key`, or None when it is no configured key. The key is
     hashed as `authorize` hashes a bearer token (a configured `sha256:` hash is not a key)."""
     owner = hashlib.sha256(key.strip().encode()).hexdigest()
-    if owner not in request.app.state.owners:
+    if not request.app.state.keys.valid(owner):
         return None
     return _sealer(request).seal(SESSION, owner)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from ...operations.record import Recorder
 from ...orchestration.flights import Flights
 from ...orchestration.runs import Runs
 from ...store import Inspected, Store
+from ...store.usage import buckets as usage_buckets
 from ..streaming import event_stream
 from . import view as views
 from .access import COOKIE, SESSION_SECONDS, Refused, session_for, viewer
@@ -109,7 +111,7 @@ class View:
 
     def page(self, name: str, **context: Any) -> HTMLResponse:
         """A page with the context every page has: whether keys are configured (a log out button)."""
-        return page(name, keys=bool(self.request.app.state.owners), **context)
+        return page(name, keys=self.request.app.state.keys.required, **context)
 
 
 def viewing(request: Request) -> View:
@@ -164,16 +166,37 @@ def _flight_row(response: dict[str, Any]) -> dict[str, Any]:
             "body": response, "timeline": None, "in_flight": True}  # fmt: skip
 
 
+USAGE_WIDTHS = {"1m": 60, "1h": 3600, "1d": 86400}
+USAGE_BUCKETS = 30
+
+
+@router.get("/usage")
+async def usage_page(view: Viewer, width: str = "1h") -> Response:
+    """Tokens per model over the last 30 buckets of a minute, an hour or a day, with a chart: the
+    viewer's own key's (per model), or with no keys, everyone's (per key and model)."""
+    if width not in USAGE_WIDTHS:
+        return page("message.html", 400, title="Bad width", message="`width` is 1m, 1h or 1d.")
+    seconds = USAGE_WIDTHS[width]
+    end = (int(time.time()) // seconds + 1) * seconds
+    start = end - USAGE_BUCKETS * seconds
+    keyed = view.request.app.state.keys.required
+    found = await usage_buckets(view.store.database, start, end, seconds, ["model"] if keyed else ["api_key_id", "model"],
+                                key_hash=view.owner if keyed else None)  # fmt: skip
+    chart = views.usage_chart(found, start, seconds, USAGE_BUCKETS)
+    return view.page("usage.html", chart=chart, width=width, widths=list(USAGE_WIDTHS), keyed=keyed,
+                     totals=views.usage_totals(found))  # fmt: skip
+
+
 @router.get("/login")
 async def login_form(request: Request, next: str = "/ui") -> Response:
-    if not request.app.state.owners:
+    if not request.app.state.keys.required:
         return RedirectResponse("/ui", 303)
     return page("login.html", target=_local(next), failed=False)
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    if not request.app.state.owners:
+    if not request.app.state.keys.required:
         return RedirectResponse("/ui", 303)
     form = await request.form()
     key, target = str(form.get("key") or ""), _local(str(form.get("next") or "/ui"))

@@ -41,6 +41,51 @@ def preview(listed: dict[str, Any], length: int = 120) -> str:
     return text if len(text) <= length else text[: length - 1] + "…"
 
 
+PALETTE = ("#3b82f6", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#06b6d4", "#84cc16", "#ec4899")
+
+
+def usage_chart(found: dict[int, list[dict[str, Any]]], start: int, width: int, count: int) -> dict[str, Any]:
+    """Stacked bars of tokens (input and output) per bucket, one color per model (and key), as
+    SVG rectangles: x, y and height in a 600 × 200 box."""
+    series = sorted({_series(result) for results in found.values() for result in results})
+    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(series)}
+    totals = [sum(r["input_tokens"] + r["output_tokens"] for r in found.get(i, ())) for i in range(count)]
+    top = max(totals, default=0) or 1
+    slot = 600 / count
+    bars = []
+    for index in range(count):
+        base = 200.0
+        for result in sorted(found.get(index, ()), key=_series):
+            height = (result["input_tokens"] + result["output_tokens"]) / top * 190
+            base -= height
+            bars.append({"x": round(index * slot + 1, 1), "y": round(base, 1), "w": round(slot - 2, 1),
+                         "h": round(height, 1), "color": colors[_series(result)],
+                         "title": f"{when(start + index * width)}: {_series(result)}, "
+                                  f"{result['input_tokens']} in, {result['output_tokens']} out, "
+                                  f"{result['num_model_requests']} requests"})  # fmt: skip
+    return {"bars": bars, "legend": [(name, colors[name]) for name in series], "top": top,
+            "first": when(start), "last": when(start + count * width)}  # fmt: skip
+
+
+def usage_totals(found: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The sums per model (and key) over the whole chart."""
+    sums: dict[str, dict[str, Any]] = {}
+    for results in found.values():
+        for result in results:
+            row = sums.setdefault(_series(result), {"name": _series(result), "requests": 0, "input": 0, "cached": 0,
+                                                    "output": 0})  # fmt: skip
+            row["requests"] += result["num_model_requests"]
+            row["input"] += result["input_tokens"]
+            row["cached"] += result["input_cached_tokens"]
+            row["output"] += result["output_tokens"]
+    return sorted(sums.values(), key=lambda row: row["name"])
+
+
+def _series(result: dict[str, Any]) -> str:
+    key = result.get("api_key_id")
+    return f"{result['model']} · {key}" if key else str(result["model"])
+
+
 def when(seconds: float | None) -> str:
     if seconds is None:
         return ""
