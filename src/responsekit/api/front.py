@@ -70,7 +70,7 @@ def describe(request: Request) -> dict[str, Any]:
         "version": __version__,
         "status": health["status"],
         "api_base_url": links["api"],
-        "api_keys_required": bool(app.state.owners),
+        "api_keys_required": app.state.keys.required,
         "models": models,
         "engines": engines,
         "links": {name: url for name, url in links.items() if url},

@@ -81,5 +81,5 @@ def check_same_origin(request: Request) -> None:
         raise forged
     if headers.get("sec-fetch-site", "same-origin") != "same-origin":
         raise forged
-    if not request.app.state.owners and not loopback(urlsplit(f"//{host}").hostname):
+    if not request.app.state.keys.required and not loopback(urlsplit(f"//{host}").hostname):
         raise forged
