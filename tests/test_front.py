@@ -470,3 +470,16 @@ def test_the_playground_talks_to_the_default_model(request, tmp_path: Path, page
         response_id = answer(page, 0).get_attribute("data-response-id")
         stored = httpx.get(f"{url}/v1/responses/{response_id}").json()
         assert stored["max_output_tokens"] == 16 and stored["usage"]["output_tokens"] <= 16
+
+
+def test_the_api_reference_is_served_without_fetching_anything_from_outside(upstream, settings):
+    """`/docs` is Swagger UI from the installed package: every script and stylesheet it loads is
+    this server's own, and each answers."""
+    with serve(create_app(settings)) as url:
+        docs = httpx.get(f"{url}/docs")
+        assert docs.status_code == 200 and "swagger-ui" in docs.text
+        assets = re.findall(r"""(?:src|href)=['"]([^'"]+)['"]""", docs.text)
+        assert assets and all(asset.startswith("/") for asset in assets), assets
+        for asset in assets:
+            assert httpx.get(f"{url}{asset}").status_code == 200, asset
+        assert "/openapi.json" in docs.text and httpx.get(f"{url}/openapi.json").status_code == 200

@@ -11,7 +11,7 @@ from starlette.types import ASGIApp
 
 from . import __version__
 from .api import admin as admin_api
-from .api import conversations, front, models
+from .api import conversations, front, models, reference
 from .api import files as files_api
 from .api import metrics as metrics_api
 from .api import vector_stores as vector_stores_api
@@ -121,7 +121,9 @@ def create_app(settings: Settings) -> FastAPI:
             await store.close()
             tracing.shutdown()
 
-    app = Gateway(title="ResponseKit", version=__version__, lifespan=lifespan, default_response_class=JSONResponse)
+    # FastAPI's own /docs and /redoc load their scripts from CDNs: /docs is served from a package instead.
+    app = Gateway(title="ResponseKit", version=__version__, lifespan=lifespan, default_response_class=JSONResponse,
+                  docs_url=None, redoc_url=None)  # fmt: skip
     app.state.settings = settings
     metrics = app.state.metrics = Metrics(router.serves) if settings.metrics else None
     app.state.router = router
@@ -139,6 +141,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(frontend, include_in_schema=False)
     app.include_router(models.health)
     app.include_router(front.router)  # `/`: what runs here, how to connect
+    app.include_router(reference.router)  # `/docs`
+    app.mount(reference.ASSETS, reference.assets)
     app.include_router(admin_api.router)
     app.include_router(admin_api.usage_router)
     if metrics is not None:

@@ -17,6 +17,7 @@ from fastapi.responses import Response
 
 from .. import __version__
 from .http import JSONResponse
+from .reference import DOCS
 from .ui.routes import page
 
 router = APIRouter(include_in_schema=False)
@@ -61,7 +62,7 @@ def describe(request: Request) -> dict[str, Any]:
         "health": f"{root}/health",
         "inspector": f"{root}{INSPECTOR}",
         "playground": f"{root}{PLAYGROUND}",
-        "docs": f"{root}{app.docs_url}" if app.docs_url and app.openapi_url else None,
+        "docs": f"{root}{DOCS}" if app.openapi_url else None,
         "openapi": f"{root}{app.openapi_url}" if app.openapi_url else None,
     }
     facts: dict[str, Any] = {
