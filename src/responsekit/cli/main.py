@@ -7,9 +7,10 @@ import gc
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import uvicorn
@@ -21,6 +22,9 @@ from ..operations import logs
 from ..orchestration.sealing import rotate_keys
 from . import connect_claude as claude_setup
 from . import connect_codex as codex_setup
+
+if TYPE_CHECKING:
+    from ..store.api_keys import KeyTable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The OpenAI Responses API for any model.")
 
@@ -357,6 +361,19 @@ DataDir = Annotated[
 DatabaseUrl = Annotated[
     str | None, typer.Option(help="postgresql://… of the server (default: SQLite in the data dir).", show_default=False)
 ]
+ConfigFile = Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)]
+
+
+def _on_table(config: Path | None, data_dir: Path | None, database_url: str | None,
+              action: Callable[[KeyTable], Awaitable[Any]]) -> Any:  # fmt: skip
+    """`action` on the key table of the database `serve` would use with these options."""
+    from .api_keys import open_table
+
+    async def run() -> Any:
+        async with open_table(_database(config, data_dir, database_url)) as table:
+            return await action(table)
+
+    return asyncio.run(run())
 
 @api_keys.command("create")
 def api_keys_create(
@@ -378,11 +395,11 @@ def api_keys_create(
     weight: Annotated[float, typer.Option(min=0.001, max=1000, help="Its share of a busy engine against other keys.")] = 1.0,
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
-    config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
+    config: ConfigFile = None,
 ) -> None:
     """Make a key; its secret is printed once, alone on the last line (only its hash is kept)."""
     from ..store.api_keys import Limits
-    from .api_keys import expiry, open_table
+    from .api_keys import expiry
 
     try:
         expires_at = expiry(expires) if expires else None
@@ -392,12 +409,8 @@ def api_keys_create(
                     monthly_tokens=monthly_tokens)  # fmt: skip
     chosen = [model.strip() for model in models.split(",") if model.strip()] if models is not None else None
 
-    async def create() -> tuple[Any, str]:
-        async with open_table(_database(config, data_dir, database_url)) as table:
-            return await table.create(name, team=team, models=chosen, expires_at=expires_at, limits=limits,
-                                      weight=weight)
-
-    key, secret = asyncio.run(create())
+    key, secret = _on_table(config, data_dir, database_url, lambda table: table.create(
+        name, team=team, models=chosen, expires_at=expires_at, limits=limits, weight=weight))
     for line in _describe(key.body()):
         typer.echo(line)
     typer.echo(secret)
@@ -407,17 +420,11 @@ def api_keys_create(
 def api_keys_list(
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
-    config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
+    config: ConfigFile = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per key.")] = False,
 ) -> None:
     """Every stored key (revoked ones too), oldest first."""
-    from .api_keys import open_table
-
-    async def listing() -> list[Any]:
-        async with open_table(_database(config, data_dir, database_url)) as table:
-            return await table.listing()
-
-    for key in asyncio.run(listing()):
+    for key in _on_table(config, data_dir, database_url, lambda table: table.listing()):
         body = key.body()
         if as_json:
             typer.echo(json.dumps(body))
@@ -432,16 +439,10 @@ def api_keys_show(
     key_id: Annotated[str, typer.Argument(help="The key's id (key_…).")],
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
-    config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
+    config: ConfigFile = None,
 ) -> None:
     """One key's fields, as JSON."""
-    from .api_keys import open_table
-
-    async def show() -> Any:
-        async with open_table(_database(config, data_dir, database_url)) as table:
-            return await table.get(key_id)
-
-    key = asyncio.run(show())
+    key = _on_table(config, data_dir, database_url, lambda table: table.get(key_id))
     if key is None:
         typer.echo(f"no API key {key_id}", err=True)
         raise typer.Exit(1)
@@ -453,16 +454,10 @@ def api_keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key's id (key_…).")],
     data_dir: DataDir = None,
     database_url: DatabaseUrl = None,
-    config: Annotated[Path | None, typer.Option(help="A TOML settings file.", show_default=False)] = None,
+    config: ConfigFile = None,
 ) -> None:
     """Refuse the key from now on, on every replica."""
-    from .api_keys import open_table
-
-    async def revoke() -> Any:
-        async with open_table(_database(config, data_dir, database_url)) as table:
-            return await table.revoke(key_id)
-
-    key = asyncio.run(revoke())
+    key = _on_table(config, data_dir, database_url, lambda table: table.revoke(key_id))
     if key is None:
         typer.echo(f"no API key {key_id}", err=True)
         raise typer.Exit(1)
