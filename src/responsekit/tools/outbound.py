@@ -90,12 +90,7 @@ class UrlPolicy:
                 async with self.opened(client, url, MAX_REDIRECTS) as answer:
                     if answer.status_code != 200:
                         raise FetchError(f"`{answer.url}` answered HTTP {answer.status_code}.")
-                    body = bytearray()
-                    async for piece in answer.aiter_bytes():
-                        body += piece
-                        if len(body) > limit:
-                            raise FetchError(f"`{answer.url}` holds more than {limit} bytes.")
-                    return bytes(body)
+                    return await body_within(answer, limit)
             except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
                 raise FetchError(f"`{url}` could not be fetched: {exc!r}") from None
 
@@ -105,6 +100,24 @@ MAX_REDIRECTS = 3
 
 class FetchError(Exception):
     """A URL the server would not or could not fetch; the message says why."""
+
+
+class TooLarge(FetchError):
+    """An answer longer than the fetch allows."""
+
+
+async def body_within(answer: httpx.Response, limit: int) -> bytes:
+    """A streamed answer's body, read only as far as `limit` bytes: `TooLarge` beyond (a length it
+    declares beyond is refused before any byte is read)."""
+    declared = answer.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"`{answer.url}` holds more than {limit} bytes.")
+    body = bytearray()
+    async for piece in answer.aiter_bytes():
+        body += piece
+        if len(body) > limit:
+            raise TooLarge(f"`{answer.url}` holds more than {limit} bytes.")
+    return bytes(body)
 
 
 def _is_network(entry: str) -> bool:

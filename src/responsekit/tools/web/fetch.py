@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from ..outbound import FetchError as Refused
-from ..outbound import UrlPolicy
+from ..outbound import TooLarge, UrlPolicy, body_within
 
 MAX_BYTES = 5 * 2**20
 MAX_REDIRECTS = 5
@@ -65,15 +65,10 @@ class PageFetcher:
                 if answer.status_code >= 400:
                     raise FetchError(f"{answer.url} answered {answer.status_code}.", "http_error")
                 kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
-                declared = answer.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > self.max_bytes:
-                    raise FetchError(f"{answer.url} is larger than {self.max_bytes} bytes.", "too_large")
-                body = bytearray()
-                async for piece in answer.aiter_bytes():
-                    body += piece
-                    if len(body) > self.max_bytes:
-                        raise FetchError(f"{answer.url} is larger than {self.max_bytes} bytes.", "too_large")
-                return _read(str(answer.url), kind, bytes(body), answer.encoding or "utf-8")
+                body = await body_within(answer, self.max_bytes)
+                return _read(str(answer.url), kind, body, answer.encoding or "utf-8")
+        except TooLarge:
+            raise FetchError(f"{url} is larger than {self.max_bytes} bytes.", "too_large") from None
         except Refused as refusal:
             raise FetchError(str(refusal), "refused") from None
         except httpx.TimeoutException:
