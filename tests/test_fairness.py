@@ -122,3 +122,47 @@ def test_a_client_that_leaves_while_waiting_or_streaming_gives_its_place_back(up
             answers = list(pool.map(lambda _: _chat(url, "single"), range(2)))
         assert [status for status, _ in answers] == [200, 200]
         assert max(seconds for _, seconds in answers) < 3
+
+
+def test_a_key_that_generated_lately_has_a_place_kept_for_it():
+    import asyncio
+
+    from responsekit.backends.fairness import FairGate
+
+    async def scenario(keep_seconds: float) -> tuple[int, bool]:
+        gate = FairGate("engine", lambda: 4, keep_seconds)
+        (await gate.acquire("single", 1.0, 5, 100)).release()  # it generated a moment ago
+        flood = [asyncio.create_task(gate.acquire("flood", 1.0, 5, 100)) for _ in range(20)]
+        await asyncio.sleep(0)
+        flood_held = gate.in_use
+        single = asyncio.create_task(gate.acquire("single", 1.0, 5, 100))
+        await asyncio.sleep(0)
+        started_at_once = single.done()
+        for task in [task for task in flood if task.done()]:
+            task.result().release()
+        (await single).release()
+        for task in flood:
+            (await task).release()  # a place is given back once: those given back above stay so
+        return flood_held, started_at_once
+
+    # The flood runs on three places of four; the other key's next request takes the fourth at once.
+    assert asyncio.run(scenario(10.0)) == (3, True)
+    # Strictly in turn, the flood takes all four and the other key waits for one to free.
+    assert asyncio.run(scenario(0.0)) == (4, False)
+
+
+def test_a_key_between_requests_starts_at_once_beside_a_flood(upstream, database_url):
+    upstream.time_scale = 1.0
+    upstream.responder = lambda body: slow_exchange(10, 0.08)  # ~1 s each
+    with serve(create_app(_settings(upstream, database_url))) as url:
+        assert _chat(url, "single")[0] == 200
+        with ThreadPoolExecutor(9) as pool:
+            flood = [pool.submit(_chat, url, "flood") for _ in range(8)]
+            wait_for(lambda: len(upstream.requests) == 2)  # the first, and one of the flood
+            time.sleep(0.3)
+            assert len(upstream.requests) == 2  # the flood holds one place of two: the other is kept
+            status, seconds = _chat(url, "single")
+            assert status == 200
+            assert seconds < 1.8, seconds  # its own ~1 s, without waiting for a place
+            assert [f.result()[0] for f in flood] == [200] * 8
+        assert len(upstream.requests) == 10

@@ -257,6 +257,9 @@ class Settings(BaseSettings):
     """Seconds a request may wait for a busy engine (`max_concurrency`) before a 429 (529 on Messages)."""
     max_queue_per_key: int = Field(default=64, ge=0)
     """Requests of one key that may wait for a busy engine; beyond, refused at once."""
+    keep_place_seconds: float = Field(default=10.0, ge=0)
+    """A key that generated within this many seconds and holds no place at a busy engine has one
+    place kept free for it, so its next request starts at once; 0: places go strictly in turn."""
     default_limits: LimitsConfig = Field(default_factory=LimitsConfig)
     """Limits for every key that does not set its own (configured keys, and the one anonymous owner
     without keys): `rpm`, `tpm`, `max_concurrent`, `daily_tokens`, `monthly_tokens`."""

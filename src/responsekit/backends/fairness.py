@@ -9,13 +9,16 @@ Scheduling", MIT/LCS/TM-528, 1995). A key that was idle starts from the current 
 so it cannot save up turns. A request that waits longer than its time limit is refused
 (`Busy`): the frontends answer 429, or 529 `overloaded_error` on the Messages API.
 
-So one key flooding an engine with many parallel streams holds at most its share of the places
-once another key waits: the other key's request goes next, not behind the flood.
+Turns alone still make a light key wait for the next place to free, which under a flood of
+answers that end together is most of an answer's time. So a key that generated within the last
+`reserve_seconds` and holds no place now has one place kept free for it: its next request starts
+at once, and the flood runs on the other places (docs/teams.md, "Busy engines, shared in turn").
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,18 +33,29 @@ class Busy(Exception):
 
 
 @dataclass(slots=True)
+class _Turn:
+    weight: float
+    admitted: asyncio.Future[None]
+
+
+@dataclass(slots=True)
 class _Key:
-    passed: float = 0.0
-    waiting: deque[asyncio.Future[None]] = field(default_factory=deque)
+    passed: float
+    """Virtual time: where this key's next admission stands in the turns."""
+    held: int = 0
+    last_active: float = float("-inf")
+    """When it last took or gave back a place (monotonic seconds)."""
+    waiting: deque[_Turn] = field(default_factory=deque)
 
 
 class FairGate:
     """The places of one upstream or pool (`capacity()`, read at each decision, since a pool's
     members come and go)."""
 
-    def __init__(self, name: str, capacity: Callable[[], int]) -> None:
+    def __init__(self, name: str, capacity: Callable[[], int], reserve_seconds: float = 0.0) -> None:
         self.name = name
         self.capacity = capacity
+        self.reserve_seconds = reserve_seconds
         self.in_use = 0
         self._keys: dict[str, _Key] = {}
         self._now = 0.0
@@ -59,56 +73,69 @@ class FairGate:
             state = self._keys[key] = _Key(self._now)
         elif not state.waiting:
             state.passed = max(state.passed, self._now)
-        if self.in_use < self.capacity() and not self.waiting:
-            self._admit(state, weight)
-            return Place(self)
-        if len(state.waiting) >= max_queue:
-            raise Busy(f"{self.name} is busy and this key has {max_queue} requests waiting already.", 1.0)
-        turn = asyncio.get_running_loop().create_future()
-        turn.weight = weight  # type: ignore[attr-defined]
+        turn = _Turn(weight, asyncio.get_running_loop().create_future())
         state.waiting.append(turn)
+        self._dispatch()
+        if turn.admitted.done():
+            return Place(self, state)
+        if len(state.waiting) > max_queue:  # this one among them
+            _discard(state.waiting, turn)
+            raise Busy(f"{self.name} is busy and this key has {max_queue} requests waiting already.", 1.0)
         try:
-            await asyncio.wait_for(asyncio.shield(turn), timeout)
+            await asyncio.wait_for(asyncio.shield(turn.admitted), timeout)
         except TimeoutError:
-            if turn.done() and not turn.cancelled():  # admitted as the time ran out: keep the place
-                return Place(self)
-            turn.cancel()
+            if turn.admitted.done() and not turn.admitted.cancelled():  # admitted as the time ran out
+                return Place(self, state)
+            turn.admitted.cancel()
             _discard(state.waiting, turn)
             raise Busy(f"{self.name} is busy: no place freed within {timeout:g} s.", timeout) from None
         except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                self.release()  # admitted, but the client left: give the place on
+            if turn.admitted.done() and not turn.admitted.cancelled():
+                self._release(state)  # admitted, but the client left: give the place on
             else:
-                turn.cancel()
+                turn.admitted.cancel()
                 _discard(state.waiting, turn)
             raise
-        return Place(self)
+        return Place(self, state)
 
-    def release(self) -> None:
+    def _release(self, state: _Key) -> None:
         self.in_use -= 1
+        state.held -= 1
+        state.last_active = time.monotonic()
         self._dispatch()
 
-    def _admit(self, state: _Key, weight: float) -> None:
-        self.in_use += 1
-        self._now = state.passed
-        state.passed += 1.0 / max(weight, 1e-6)
-
     def _dispatch(self) -> None:
-        while self.in_use < self.capacity():
+        capacity = self.capacity()
+        if self.in_use >= capacity:
+            return
+        now = time.monotonic()
+        recent = now - self.reserve_seconds
+        idle = [name for name, state in self._keys.items() if not state.waiting and not state.held]
+        kept = sum(1 for name in idle if self._keys[name].last_active >= recent) if self.reserve_seconds > 0 else 0
+        for name in idle:  # forgotten once nothing they hold, wait for or are kept a place for
+            state = self._keys[name]
+            if state.last_active < recent and state.passed <= self._now:
+                del self._keys[name]
+        # Places kept free for the keys that generated lately and hold none; always one to give.
+        free = capacity - self.in_use - min(kept, capacity - 1)
+        while free > 0:
             ready = [state for state in self._keys.values() if state.waiting]
             if not ready:
                 return
             state = min(ready, key=lambda s: s.passed)
             turn = state.waiting.popleft()
-            if turn.done():  # gave up already
+            if turn.admitted.done():  # gave up already
                 continue
-            self._admit(state, turn.weight)  # type: ignore[attr-defined]
-            turn.set_result(None)
-        for name in [name for name, state in self._keys.items() if not state.waiting and state.passed <= self._now]:
-            del self._keys[name]  # idle keys forget nothing they need: they start from `_now` again
+            self.in_use += 1
+            free -= 1
+            state.held += 1
+            state.last_active = now
+            self._now = state.passed
+            state.passed += 1.0 / max(turn.weight, 1e-6)
+            turn.admitted.set_result(None)
 
 
-def _discard(waiting: deque[asyncio.Future[None]], turn: asyncio.Future[None]) -> None:
+def _discard(waiting: deque[_Turn], turn: _Turn) -> None:
     try:
         waiting.remove(turn)
     except ValueError:
@@ -118,12 +145,13 @@ def _discard(waiting: deque[asyncio.Future[None]], turn: asyncio.Future[None]) -
 class Place:
     """A generation's place at an engine, given back once (`release`) when it ends."""
 
-    __slots__ = ("gate",)
+    __slots__ = ("gate", "key")
 
-    def __init__(self, gate: FairGate) -> None:
+    def __init__(self, gate: FairGate, key: _Key) -> None:
         self.gate: FairGate | None = gate
+        self.key = key
 
     def release(self) -> None:
         gate, self.gate = self.gate, None
         if gate is not None:
-            gate.release()
+            gate._release(self.key)

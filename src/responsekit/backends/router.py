@@ -73,8 +73,9 @@ class ModelRouter:
         self._members: dict[int, Member] = {}
         """Each pooled upstream's state, by the upstream's id (shared by the pools of its models)."""
         self._pools: dict[tuple[str, str], Pool] = {}
-        self._gates: dict[tuple[str, ...], FairGate] = {}
         """Pools by (pool name, model)."""
+        self._gates: dict[tuple[str, ...], FairGate] = {}
+        self._keep_place_seconds = settings.keep_place_seconds
         self._prober: asyncio.Task[None] | None = None
         self._refreshed_at = float("-inf")
         self._lock = asyncio.Lock()
@@ -276,7 +277,7 @@ class ModelRouter:
                 def capacity() -> int:
                     return bound
 
-            gate = self._gates[key] = FairGate(name, capacity)
+            gate = self._gates[key] = FairGate(name, capacity, self._keep_place_seconds)
         return gate
 
     def serves(self, model: str) -> bool:
