@@ -90,6 +90,33 @@ def test_the_admin_api_makes_lists_shows_and_revokes_keys(upstream, database_url
 
 
 @pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_the_admin_api_lists_keys_a_page_at_a_time(upstream, database_url):
+    with serve(create_app(_settings(upstream, database_url))) as url:
+        made = {_admin(url, "POST", json={"name": f"key {n}"}).json()["id"] for n in range(5)}
+        # Oldest first (keys made within the same second, in the order of their ids).
+        everything = [key["id"] for key in _admin(url, "GET", params={"limit": 100}).json()["data"]]
+        assert set(everything) == made and len(everything) == 5
+        for order, expected in (("asc", everything), ("desc", everything[::-1])):
+            seen, after, pages = [], None, 0
+            while True:
+                query = {"limit": 2, "order": order, **({"after": after} if after else {})}
+                page = _admin(url, "GET", params=query).json()
+                assert [key["id"] for key in page["data"]][:1] == ([page["first_id"]] if page["data"] else [])
+                seen += [key["id"] for key in page["data"]]
+                pages += 1
+                if not page["has_more"]:
+                    break
+                after = page["last_id"]
+            assert seen == expected and pages == 3
+        # Twenty a page unless asked; an unknown cursor is an empty page; bad values 400.
+        assert [key["id"] for key in _admin(url, "GET").json()["data"]] == everything
+        assert _admin(url, "GET", params={"after": "key_missing"}).json()["data"] == []
+        for query in ({"limit": 0}, {"limit": 101}, {"limit": "x"}, {"order": "up"}, {"after": "\x00"}):
+            answer = _admin(url, "GET", params=query)
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == next(iter(query)), query
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 def test_a_key_uses_only_its_models_and_stops_at_its_expiry(upstream, database_url):
     upstream.models = ["test-model", "other-model"]
     upstream.responder = lambda body: text_exchange("ok")

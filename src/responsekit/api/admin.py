@@ -79,9 +79,24 @@ async def create_key(request: Request, _admin: Admin) -> JSONResponse:
 
 @router.get("/api-keys")
 async def list_keys(request: Request, _admin: Admin) -> dict[str, Any]:
-    data = [key.body() for key in await _table(request).listing()]
+    """A page of keys, as OpenAI's admin API lists its keys: `limit` (1 to 100, default 20),
+    `order` (`asc`, oldest first, the default; or `desc`) and `after` (the `last_id` of the page
+    before)."""
+    query = request.query_params
+    limit = _integer(query, "limit")
+    limit = 20 if limit is None else limit
+    if not 1 <= limit <= 100:
+        raise APIError(400, "`limit` must be between 1 and 100.", param="limit", code="invalid_value")
+    order = query.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise APIError(400, "`order` must be asc or desc.", param="order", code="invalid_value")
+    after = query.get("after")
+    if after is not None and not storable(after):
+        raise APIError(400, "`after` is not a key id.", param="after", code="invalid_value")
+    keys = await _table(request).listing(after, limit + 1, newest_first=order == "desc")
+    data = [key.body() for key in keys[:limit]]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": False}  # fmt: skip
+            "last_id": data[-1]["id"] if data else None, "has_more": len(keys) > limit}  # fmt: skip
 
 
 @router.get("/api-keys/{key_id}")
@@ -122,7 +137,8 @@ async def usage_completions(request: Request, _admin: Admin) -> dict[str, Any]:
     width, default_limit, most = WIDTHS[width_name]
     start = _integer(query, "start_time", required=True)
     end = _integer(query, "end_time") or int(time.time()) + 1
-    limit = _integer(query, "limit") or default_limit
+    limit = _integer(query, "limit")
+    limit = default_limit if limit is None else limit
     if not 1 <= limit <= most:
         raise APIError(400, f"`limit` must be between 1 and {most} for {width_name} buckets.", param="limit",
                        code="invalid_value")  # fmt: skip

@@ -245,8 +245,24 @@ class KeyTable:
         self._any = True
         return key, secret
 
-    async def listing(self) -> list[ApiKey]:
-        rows = await self.database.fetch(f"SELECT {_COLUMNS} FROM api_keys ORDER BY created_at, id")
+    async def listing(
+        self, after: str | None = None, limit: int | None = None, newest_first: bool = False
+    ) -> list[ApiKey]:
+        """Keys in the order they were made (or the reverse), from after the key `after` (a cursor:
+        the last id of the page before; an unknown id starts nowhere), at most `limit` of them."""
+        order = "DESC" if newest_first else "ASC"
+        where, arguments = "", []
+        if after is not None:
+            row = await self.database.fetchrow("SELECT created_at FROM api_keys WHERE id = ?", after)
+            if row is None:
+                return []
+            beyond = "<" if newest_first else ">"
+            where = f"WHERE created_at {beyond} ? OR (created_at = ? AND id {beyond} ?)"
+            arguments = [row[0], row[0], after]
+        bound = f" LIMIT {int(limit)}" if limit is not None else ""
+        rows = await self.database.fetch(
+            f"SELECT {_COLUMNS} FROM api_keys {where} ORDER BY created_at {order}, id {order}{bound}", *arguments
+        )
         return [_key(row) for row in rows]
 
     async def get(self, key_id: str) -> ApiKey | None:
