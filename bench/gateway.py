@@ -21,7 +21,9 @@ million streamed tokens (its whole process tree); its resident memory. In the fi
 waits) and its memory per open stream is measured.
 
 `--without-metrics` and `--with-traces` add a ResponseKit with its metrics off, or with
-OpenTelemetry traces on (exported to `bench/otlp_sink.py`), taking turns with the default one.
+OpenTelemetry traces on (exported to `bench/otlp_sink.py`), taking turns with the default one;
+`--compare-with REV` adds one running the code of git revision REV, to see what a change costs
+with both measured in the same minutes.
 
 Run: `.venv/bin/python bench/gateway.py` (`--help` for options); prints a Markdown section
 for bench/RESULTS.md and writes latency plots (PNG) next to this file
@@ -306,7 +308,7 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
 
 def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url: str, data: Path,
                    peers: bool, without_metrics: bool = False, with_traces: bool = False,
-                   without_usage: bool = False) -> list[Gateway]:  # fmt: skip
+                   without_usage: bool = False, compare_with: str | None = None) -> list[Gateway]:  # fmt: skip
     engine_port = int(engine_url.rsplit(":", 1)[1].split("/")[0])
     gateways = [Gateway("direct (engine)", chat_target(engine_port, MODEL), b"[DONE]", engine.pid)]
     hold = f"{MODEL}-hold"
@@ -339,6 +341,23 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
             Gateway("ResponseKit no usage /v1/responses", responses_target(port, MODEL), b"response.completed", bare.pid),
             Gateway("ResponseKit no usage /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", bare.pid),
             Gateway("ResponseKit no usage /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
+        ]  # fmt: skip
+    if compare_with:  # the code of another revision, taking turns with this tree's
+        archive = subprocess.run(["git", "archive", compare_with, "src"], cwd=HERE.parent, check=True,
+                                 capture_output=True).stdout  # fmt: skip
+        (data / "then").mkdir()
+        subprocess.run(["tar", "-x", "-C", str(data / "then")], input=archive, check=True)
+        port = free_port()
+        command = [*serve, "--port", str(port), "--data-dir", str(data / "responsekit-then")]
+        then = stack.enter_context(service(f"responsekit {compare_with}", command, f"http://127.0.0.1:{port}/health",
+                                           env={"PYTHONPATH": str(data / "then" / "src")}))  # fmt: skip
+        gateways += [
+            Gateway(f"ResponseKit {compare_with} /v1/responses", responses_target(port, MODEL), b"response.completed",
+                    then.pid),
+            Gateway(f"ResponseKit {compare_with} /v1/responses store", responses_target(port, MODEL, store=True),
+                    b"response.completed", then.pid),
+            Gateway(f"ResponseKit {compare_with} /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", then.pid),
+            Gateway(f"ResponseKit {compare_with} /v1/messages", messages_target(port, MODEL), b"message_stop", then.pid),
         ]  # fmt: skip
     if with_traces:  # the same server with traces on, exported to a sink that drops them
         sink_port, port = free_port(), free_port()
@@ -471,7 +490,8 @@ async def benchmark(args: argparse.Namespace, section: Section, open_streams_cou
                                                         "--token-interval", str(section.interval)],
                                              f"{engine_url}/models"))  # fmt: skip
         section.gateways = gateways = start_gateways(stack, engine, engine_url, data, not args.no_peers,
-                                                      args.without_metrics, args.with_traces, args.without_usage)
+                                                      args.without_metrics, args.with_traces, args.without_usage,
+                                                      args.compare_with)
         started = time.monotonic()
         load_before = os.getloadavg()[0]
         for stream in (True, False):
@@ -548,6 +568,8 @@ def main() -> None:
                         help="also a ResponseKit with --no-metrics, to measure what the metrics cost")
     parser.add_argument("--without-usage", action="store_true",
                         help="also a ResponseKit with RESPONSEKIT_RECORD_USAGE=false, to measure what recording usage costs")
+    parser.add_argument("--compare-with", metavar="REV",
+                        help="also a ResponseKit running the code of this git revision, to measure what a change costs")
     parser.add_argument("--with-traces", action="store_true",
                         help="also a ResponseKit exporting OpenTelemetry traces (to bench/otlp_sink.py), to measure "
                         "what traces cost")

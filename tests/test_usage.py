@@ -142,3 +142,31 @@ def test_the_inspector_shows_a_key_its_own_usage_per_model_with_a_chart(upstream
             for width in ("1m", "1d"):
                 assert browser.get("/ui/usage", params={"width": width}).status_code == 200
             assert browser.get("/ui/usage", params={"width": "7y"}).status_code == 400
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_a_batch_of_records_is_written_whole_over_several_statements(database_url):
+    import asyncio
+
+    from responsekit.store import Store
+    from responsekit.store.usage import ROWS_PER_STATEMENT, UsageRecord, buckets, insert
+
+    async def scenario() -> dict:
+        store = await Store.open(database_url)
+        try:
+            start = int(time.time()) // 60 * 60
+            records = [UsageRecord(start * 1000 + n, "hash", "key_a", f"req_{n}", "/v1/chat/completions",
+                                   "m1" if n % 2 else "m2", "engine", n, 0, 1, 0, "200", 5)
+                       for n in range(ROWS_PER_STATEMENT * 2 + 7)]  # fmt: skip
+            await insert(store.database, records)
+            return await buckets(store.database, start, start + 60, 60, ["model"], api_key_ids=["key_a"])
+        finally:
+            await store.close()
+
+    found = asyncio.run(scenario())
+    count = ROWS_PER_STATEMENT * 2 + 7
+    by_model = {result["model"]: result for result in found[0]}
+    assert sum(result["num_model_requests"] for result in found[0]) == count
+    assert by_model["m1"]["input_tokens"] == sum(range(1, count, 2))
+    assert by_model["m2"]["input_tokens"] == sum(range(0, count, 2))
+    assert sum(result["output_tokens"] for result in found[0]) == count

@@ -34,6 +34,7 @@ from .usage import UsageLedger
 
 log = logging.getLogger(__name__)
 
+NO_LIMITS = Limits()
 DEFAULT_OUTPUT_RESERVATION = 1024
 """Output tokens reserved for a request that sets no maximum (corrected once it ends)."""
 BYTES_PER_TOKEN = 4
@@ -81,14 +82,17 @@ class Limiter:
     def __init__(self, counters: Counters, default: Limits) -> None:
         self.counters = counters
         self.default = default
+        self._default_or_none = default if default != NO_LIMITS else None
         self._flights: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._renewer: asyncio.Task[None] | None = None
 
     def limits_for(self, key: ApiKey | None) -> Limits | None:
         """The limits a request with this key (None: a configured key, or none) is held to; None: no limit."""
-        limits = key.limits.over(self.default) if key is not None else self.default
-        return limits if any(value is not None for value in limits.as_dict().values()) else None
+        if key is None:
+            return self._default_or_none
+        limits = key.limits.over(self.default) if key.limits != NO_LIMITS else self.default
+        return limits if limits != NO_LIMITS else None
 
     async def admit(self, key_hash: str, limits: Limits, body_bytes: int, max_output: int | None) -> Admission:
         """Count the request against its key's limits; `Refused` when it is over one."""
