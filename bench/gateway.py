@@ -23,7 +23,8 @@ waits) and its memory per open stream is measured.
 `--without-metrics` and `--with-traces` add a ResponseKit with its metrics off, or with
 OpenTelemetry traces on (exported to `bench/otlp_sink.py`), taking turns with the default one;
 `--compare-with REV` adds one running the code of git revision REV, to see what a change costs
-with both measured in the same minutes.
+with both measured in the same minutes. `--rounds N` has the targets take turns N times per cell,
+summed, so that a drift in the machine's load falls on all of them alike.
 
 Run: `.venv/bin/python bench/gateway.py` (`--help` for options); prints a Markdown section
 for bench/RESULTS.md and writes latency plots (PNG) next to this file
@@ -188,6 +189,12 @@ class Cell:
     def first_event(self, quantile: float) -> float:
         return _quantile([(s.head - s.start) * 1000 for s in self.ok], quantile)
 
+    def add(self, other: Cell) -> Cell:
+        """This cell and another round of it, as one: samples, seconds, requests and CPU summed."""
+        cpu = self.cpu + other.cpu if self.cpu is not None and other.cpu is not None else None
+        return Cell(self.samples + other.samples, self.seconds + other.seconds, self.completed + other.completed,
+                    cpu, max(self.rss or 0, other.rss or 0) or None)  # fmt: skip
+
 
 def _quantile(values: list[float], quantile: float) -> float:
     if not values:
@@ -332,13 +339,16 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
             Gateway("ResponseKit --no-metrics /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", bare.pid),
             Gateway("ResponseKit --no-metrics /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
         ]  # fmt: skip
-    if without_usage:  # the same server recording no usage, taking turns with the one above
+    if without_usage:  # the same server recording no usage, taking turns with the one above (the same
+        # targets: a stored response's writes go on after its cell, into the next cells' CPU)
         port = free_port()
         command = [*serve, "--port", str(port), "--data-dir", str(data / "responsekit-no-usage")]
         bare = stack.enter_context(service("responsekit no usage", command, f"http://127.0.0.1:{port}/health",
                                            env={"RESPONSEKIT_RECORD_USAGE": "false"}))  # fmt: skip
         gateways += [
             Gateway("ResponseKit no usage /v1/responses", responses_target(port, MODEL), b"response.completed", bare.pid),
+            Gateway("ResponseKit no usage /v1/responses store", responses_target(port, MODEL, store=True),
+                    b"response.completed", bare.pid),
             Gateway("ResponseKit no usage /v1/chat/completions", chat_target(port, MODEL), b"[DONE]", bare.pid),
             Gateway("ResponseKit no usage /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
         ]  # fmt: skip
@@ -496,12 +506,14 @@ async def benchmark(args: argparse.Namespace, section: Section, open_streams_cou
         load_before = os.getloadavg()[0]
         for stream in (True, False):
             for concurrency in args.concurrency:
-                for gateway in gateways:
-                    cell = await measure(gateway, concurrency, stream, args.seconds, args.warmup, args.tokens)
-                    gateway.cells[(stream, concurrency)] = cell
-                    print(f"{gateway.name:36} stream={stream!s:5} C={concurrency:<3} {cell.rate:7.0f} req/s "
-                          f"first event p50 {cell.first_event(0.5):7.2f} ms, token {cell.first_token(0.5):7.2f} ms  "
-                          f"errors {cell.errors}", file=sys.stderr, flush=True)  # fmt: skip
+                for _ in range(args.rounds):
+                    for gateway in gateways:
+                        cell = await measure(gateway, concurrency, stream, args.seconds, args.warmup, args.tokens)
+                        earlier = gateway.cells.get((stream, concurrency))
+                        gateway.cells[(stream, concurrency)] = earlier.add(cell) if earlier else cell
+                        print(f"{gateway.name:36} stream={stream!s:5} C={concurrency:<3} {cell.rate:7.0f} req/s "
+                              f"first event p50 {cell.first_event(0.5):7.2f} ms, token {cell.first_token(0.5):7.2f} ms  "
+                              f"errors {cell.errors}", file=sys.stderr, flush=True)  # fmt: skip
         if open_streams_count:
             for gateway in gateways[1:]:
                 if gateway.hold_model and gateway.pid:
@@ -520,7 +532,7 @@ def report(args: argparse.Namespace, runs: list[Section]) -> str:
         "",
         f"`.venv/bin/python bench/gateway.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
         (f"{datetime.date.today()}, {describe()}; {args.tokens}-token answers, {args.seconds:g} s per cell after "
-        f"{args.warmup:g} s of warm-up, the load generator (bench/loadgen.py) on the same machine. "
+        f"{args.warmup:g} s of warm-up{f' (x {args.rounds} rounds, the targets taking turns)' if args.rounds > 1 else ''}, the load generator (bench/loadgen.py) on the same machine. "
         "\"first event\" is the time from sending the request to receiving the first bytes of the body (the "
         "engine's first chunk, a gateway's first event); \"first token\" to receiving the first word (non-streaming, "
         "both are the whole answer); \"added\" is the difference from the direct row at the same concurrency "
@@ -561,6 +573,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per cell")
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each cell")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="targets take turns this many times per cell (each --seconds long), summed: finer "
+                        "interleaving, for comparisons on a noisy machine")
     parser.add_argument("--open-streams", type=int, default=1000,
                         help="streams held open at once, in the first run (0: skip)")
     parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")
