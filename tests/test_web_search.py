@@ -852,12 +852,18 @@ def test_allowed_tools_may_name_web_search(server, engine):
     server.upstream.responder = searching(("web_search", {"query": "etna"}), answer="Done.")
     for allowed, offered in (([{"type": "web_search"}], ["web_search", "web_open_page", "web_find_in_page"]),
                              ([{"type": "function", "name": "get_weather"}], ["get_weather"])):  # fmt: skip
-        before = len(server.upstream.requests)
+        before, searched = len(server.upstream.requests), len(engine.requests)
         response = httpx.post(f"{server.base_url}/responses", timeout=60, json={
             "model": "test-model", "input": "Etna?", "tools": tools,
             "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": allowed}}).json()  # fmt: skip
         check_response(response)
         assert [t["function"]["name"] for t in server.upstream.requests[before]["tools"]] == offered
+        if "web_search" in offered:
+            assert len(engine.requests) == searched + 1
+        else:  # the (scripted) model calls the search all the same: not run, and it reads why
+            assert len(engine.requests) == searched
+            fed = [m["content"] for m in server.upstream.requests[-1]["messages"] if m["role"] == "tool"]
+            assert fed == ["Error: The tool web_search is not among the tools allowed for this request."], fed
 
 
 # --- Messages API: the web_fetch server tool -----------------------------------------------

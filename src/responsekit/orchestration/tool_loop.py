@@ -1,7 +1,8 @@
 """The loop of server-run tools: generations, with the tools the server runs in between.
 
 The Responses orchestrator runs it for every response; Chat Completions runs it for
-`web_search_options`. What the model calls is told apart by its name (`ToolSet.origin`).
+`web_search_options`. What the model calls is told apart by its name (`ToolSet.origin`); a
+server tool the request's `allowed_tools` left out is not run, and the model reads why.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..canonical.events import (
     ToolCallStart,
     ToolResult,
 )
-from ..tools import ServerTools
+from ..tools import ServerTools, ToolOutcome
 from ..tools.names import ToolSet
 
 
@@ -70,7 +71,10 @@ async def with_server_tools(
         calls, answers = [], []
         for index, (start, parts) in server_calls.items():
             arguments = "".join(parts) or "{}"
-            outcome = await server_tools.run(toolset.origin(start.name), arguments)
+            if toolset.allowed is None or start.name in toolset.allowed:
+                outcome = await server_tools.run(toolset.origin(start.name), arguments)
+            else:  # not offered this time (`allowed_tools`), whatever the model made of its history
+                outcome = ToolOutcome("", error=f"The tool {start.name} is not among the tools allowed for this request.")
             calls_run += 1
             yield ToolResult(index, outcome.output, outcome.error, outcome.data)
             calls.append(ToolCall(start.id, start.name, arguments))
