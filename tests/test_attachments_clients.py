@@ -30,10 +30,11 @@ from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 from responsekit.orchestration.attachments import TEXT_ONLY
 
+from . import test_claude_code as claude_code
 from .harness import ScriptedUpstream, image_parts, serve, text_exchange, tool_call_exchange
 from .test_attachments import sent_texts
 from .test_claude_code import CLAUDE
-from .test_real_clients import CODEX, JS
+from .test_real_clients import JS, codex_home, run_codex
 from .test_vector_stores import pdf_with_text
 
 
@@ -143,32 +144,6 @@ def check_vision_engine(engines: Engines, images: int) -> None:
 # --- Codex CLI: `codex exec --image` ---------------------------------------------------------
 
 
-def codex_home(directory: Path, base_url: str) -> Path:
-    home = directory / "codex-home"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n\n'
-        "[analytics]\nenabled = false\n\n[features]\nplugins = false\n"
-    )
-    subprocess.run(
-        [sys.executable, "-m", "responsekit", "connect", "codex", "--url", base_url, "--codex", str(CODEX),
-         "--codex-home", str(home), "--api-key-env", "RESPONSEKIT_KEY", "--model", "test-model", "--write"],
-        check=True, capture_output=True, text=True, env={**os.environ, "RESPONSEKIT_KEY": "test"},
-    )  # fmt: skip
-    return home
-
-
-def run_codex(home: Path, workdir: Path, *args: str) -> list[dict[str, Any]]:
-    env = {**os.environ, "CODEX_HOME": str(home), "RESPONSEKIT_KEY": "test"}
-    done = subprocess.run(
-        [str(CODEX), "exec", *args[:-1], "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-         "--", args[-1]],
-        cwd=workdir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-
-
 def answer_of(events: list[dict[str, Any]]) -> str:
     assert events[-1]["type"] == "turn.completed", events[-3:]
     assert not any(e["type"] in ("error", "turn.failed") for e in events), events
@@ -184,7 +159,7 @@ def turn_answer(body: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("mode", MODES)
 def test_codex_exec_with_an_attached_image_keeps_its_thread(tmp_path: Path, mode: str):
     with engines(tmp_path, turn_answer, mode) as served:
-        home, work = codex_home(tmp_path, served.base_url), tmp_path / "work"
+        home, work = codex_home(tmp_path, served.base_url, "test-model"), tmp_path / "work"
         work.mkdir()
         for name, data in IMAGES.items():
             (work / f"{name}.png").write_bytes(data)
@@ -226,15 +201,7 @@ def read_loop(files: list[Path]) -> Any:
 
 
 def run_claude(home: Path, workdir: Path, prompt: str, *args: str) -> list[dict[str, Any]]:
-    clean = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
-    done = subprocess.run(
-        [str(CLAUDE), "-p", prompt, "--output-format", "stream-json", "--verbose", "--permission-mode",
-         "bypassPermissions", "--max-turns", "6", *args],
-        cwd=workdir, env={**clean, "HOME": str(home), "IS_SANDBOX": "1"},  # tests run as root
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    events = claude_code.run_claude(home, workdir, {}, "--max-turns", "6", *args, prompt=prompt)
     result = events[-1]
     assert result["type"] == "result" and result["is_error"] is False, result
     assert result["result"].startswith("Answer to user message"), result["result"]
@@ -359,7 +326,7 @@ def test_codex_view_image_keeps_its_thread(tmp_path: Path, mode: str):
     work.mkdir()
     (work / "red.png").write_bytes(IMAGES["red"])
     with engines(tmp_path, view_image_loop(str(work / "red.png")), mode) as served:
-        home = codex_home(tmp_path, served.base_url)
+        home = codex_home(tmp_path, served.base_url, "test-model")
         first = run_codex(home, work, "Look at red.png")
         assert answer_of(first).startswith("Answer to user message")
         offered = [tool["function"]["name"] for tool in served.text.requests[0].get("tools") or ()]

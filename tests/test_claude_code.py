@@ -60,14 +60,15 @@ def gateway(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def run_claude(home: Path, workdir: Path, env: dict[str, str], *args: str) -> list[dict[str, Any]]:
-    """One headless turn; HOME is a scratch directory, so no user settings or login take part."""
+def run_claude(home: Path, workdir: Path, env: dict[str, str], *args: str,
+               prompt: str = "Run the command that prints the token and tell me what it printed.") -> list[dict[str, Any]]:
+    """One headless turn (`args` after the defaults, so a later `--max-turns` wins); HOME is a
+    scratch directory, so no user settings or login take part."""
     clean = {name: value for name, value in os.environ.items()
              if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}  # fmt: skip
     done = subprocess.run(
-        [str(CLAUDE), "-p", "Run the command that prints the token and tell me what it printed.",
-         "--output-format", "stream-json", "--verbose", "--permission-mode", "bypassPermissions",
-         "--max-turns", "4", *args],
+        [str(CLAUDE), "-p", prompt, "--output-format", "stream-json", "--verbose", "--permission-mode",
+         "bypassPermissions", "--max-turns", "4", *args],
         cwd=workdir, env={**clean, "HOME": str(home), "IS_SANDBOX": "1", **env},  # tests run as root
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip

@@ -31,8 +31,9 @@ JS = Path(__file__).parent / "js"
 CODEX = JS / "node_modules" / ".bin" / "codex"
 
 
-def codex_home(directory: Path, base_url: str) -> Path:
-    """A Codex home set up by `responsekit connect codex --write` over the user's own settings."""
+def codex_home(directory: Path, base_url: str, model: str | None = None) -> Path:
+    """A Codex home set up by `responsekit connect codex --write` over the user's own settings
+    (`model`: the one to choose where the server serves several; else the one it serves)."""
     home = directory / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(
@@ -41,14 +42,15 @@ def codex_home(directory: Path, base_url: str) -> Path:
     )
     subprocess.run(
         [sys.executable, "-m", "responsekit", "connect", "codex", "--url", base_url, "--codex", str(CODEX),
-         "--codex-home", str(home), "--api-key-env", "RESPONSEKIT_KEY", "--write"],
+         "--codex-home", str(home), "--api-key-env", "RESPONSEKIT_KEY", "--write", *(["--model", model] if model else [])],
         check=True, capture_output=True, text=True, env={**os.environ, "RESPONSEKIT_KEY": "test"},
     )  # fmt: skip
     config = tomllib.loads((home / "config.toml").read_text())
-    assert config["model"] == "test-model" and config["analytics"] == {"enabled": False}
+    assert config["model"] == (model or "test-model") and config["analytics"] == {"enabled": False}
     assert config["model_providers"]["responsekit"]["base_url"] == base_url
     catalog = json.loads(Path(config["model_catalog_json"]).read_text())
-    assert [m["slug"] for m in catalog["models"]] == ["test-model"]
+    slugs = [m["slug"] for m in catalog["models"]]
+    assert slugs == ["test-model"] if model is None else model in slugs
     return home
 
 
@@ -56,7 +58,7 @@ def run_codex(home: Path, workdir: Path, *args: str) -> list[dict]:
     env = {**os.environ, "CODEX_HOME": str(home), "RESPONSEKIT_KEY": "test"}
     done = subprocess.run(
         [str(CODEX), "exec", *args[:-1], "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-         args[-1]],
+         "--", args[-1]],  # `--`: an option of many values (`--image a,b`) does not take the prompt
         cwd=workdir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

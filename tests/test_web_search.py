@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -47,7 +46,7 @@ from .harness import (
     tool_call_exchange,
     wait_for,
 )
-from .test_claude_code import CLAUDE
+from .test_claude_code import run_claude
 from .test_messages import HEADERS as MESSAGE_HEADERS
 from .test_messages import TOOLS as MESSAGE_TOOLS
 from .test_messages import client as anthropic_client
@@ -809,17 +808,9 @@ def test_claude_code_web_search_tool(upstream, engine, tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    clean = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
     with serve(create_app(settings)) as url:
-        env = {**clean, "HOME": str(home), "IS_SANDBOX": "1", "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test",
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}  # fmt: skip
-        done = subprocess.run(
-            [str(CLAUDE), "-p", "Search the web: is Etna active?", "--output-format", "stream-json", "--verbose",
-             "--permission-mode", "bypassPermissions", "--max-turns", "4", "--model", "claude-sonnet-4-5"],
-            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False,
-        )  # fmt: skip
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        events = run_claude(home, work, env, "--model", "claude-sonnet-4-5", prompt="Search the web: is Etna active?")
     result = events[-1]
     assert result["type"] == "result" and result["is_error"] is False, result
     assert [r["params"]["q"] for r in engine.requests] == ["etna eruption"]
@@ -1103,21 +1094,13 @@ def test_claude_code_web_fetch_through_connect_claude(upstream, tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     (home / ".claude").mkdir(parents=True)
     work.mkdir()
-    clean = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
     with serve(create_app(settings)) as url, serve_tls(site.app, cert, key) as page:
         subprocess.run([sys.executable, "-m", "responsekit", "connect", "claude", "--url", url, "--api-key", "test",
                         "--claude-home", str(home / ".claude"), "--write"], check=True, capture_output=True)  # fmt: skip
         written = json.loads((home / ".claude" / "settings.json").read_text())
         assert written["skipWebFetchPreflight"] is True
-        env = {**clean, "HOME": str(home), "IS_SANDBOX": "1", "NODE_EXTRA_CA_CERTS": str(cert)}
-        done = subprocess.run(
-            [str(CLAUDE), "-p", f"Fetch {page}/etna.html and tell me whether Etna is a heritage site.",
-             "--output-format", "stream-json", "--verbose", "--permission-mode", "bypassPermissions",
-             "--max-turns", "4"],
-            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False,
-        )  # fmt: skip
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        events = run_claude(home, work, {"NODE_EXTRA_CA_CERTS": str(cert)},
+                            prompt=f"Fetch {page}/etna.html and tell me whether Etna is a heritage site.")
     result = events[-1]
     assert result["type"] == "result" and result["is_error"] is False, result
     assert site.hits == ["/etna.html"], "Claude Code fetched the page itself, once"
