@@ -24,7 +24,7 @@ from . import connect_claude as claude_setup
 from . import connect_codex as codex_setup
 
 if TYPE_CHECKING:
-    from ..store.api_keys import KeyTable
+    from ..store.api_keys import ApiKey, KeyTable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The OpenAI Responses API for any model.")
 
@@ -442,10 +442,7 @@ def api_keys_show(
     config: ConfigFile = None,
 ) -> None:
     """One key's fields, as JSON."""
-    key = _on_table(config, data_dir, database_url, lambda table: table.get(key_id))
-    if key is None:
-        typer.echo(f"no API key {key_id}", err=True)
-        raise typer.Exit(1)
+    key = _found(key_id, _on_table(config, data_dir, database_url, lambda table: table.get(key_id)))
     typer.echo(json.dumps(key.body(), indent=2))
 
 
@@ -457,11 +454,16 @@ def api_keys_revoke(
     config: ConfigFile = None,
 ) -> None:
     """Refuse the key from now on, on every replica."""
-    key = _on_table(config, data_dir, database_url, lambda table: table.revoke(key_id))
+    key = _found(key_id, _on_table(config, data_dir, database_url, lambda table: table.revoke(key_id)))
+    typer.echo(f"revoked {key.id} ({key.name})")
+
+
+def _found(key_id: str, key: ApiKey | None) -> ApiKey:
+    """The key, or the command's error: exit status 1."""
     if key is None:
         typer.echo(f"no API key {key_id}", err=True)
         raise typer.Exit(1)
-    typer.echo(f"revoked {key.id} ({key.name})")
+    return key
 
 
 def _database(config: Path | None, data_dir: Path | None, database_url: str | None) -> str:

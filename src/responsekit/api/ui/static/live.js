@@ -72,28 +72,14 @@
     setTimeout(function () { location.reload(); }, 1000);
   }
 
-  // The resume stream read with fetch (it names every event type, which EventSource would
-  // need a listener for each of): frames are split at blank lines, each `data:` is one event.
+  // The resume stream's events as they come (`sseEvents`, static/sse.js).
   async function follow() {
     const answer = await fetch(section.dataset.events, { credentials: "same-origin" });
     if (!answer.ok) return ended("unavailable (" + answer.status + ")");
     state.textContent = "following";
-    const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += value;
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const data = frame.split("\n").filter((line) => line.startsWith("data: ")).map((line) => line.slice(6)).join("\n");
-        if (!data || data === "[DONE]") continue;
-        const event = JSON.parse(data);
-        show(event);
-        if (terminal.has(event.type)) return ended(event.response.status);
-      }
+    for await (const event of sseEvents(answer.body)) {
+      show(event);
+      if (terminal.has(event.type)) return ended(event.response.status);
     }
     ended("ended");
   }

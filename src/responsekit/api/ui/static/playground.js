@@ -207,23 +207,9 @@
     }
   }
 
-  // The SSE body read with fetch: frames end at a blank line, each `data:` line is an event.
+  // The answer's events as they come (`sseEvents`, static/sse.js).
   async function follow(answer, body) {
-    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += value;
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const data = frame.split("\n").filter(function (line) { return line.startsWith("data: "); })
-          .map(function (line) { return line.slice(6); }).join("\n");
-        if (data && data !== "[DONE]") show(answer, JSON.parse(data));
-      }
-    }
+    for await (const event of sseEvents(body)) show(answer, event);
   }
 
   async function failure(answer, reply) {
