@@ -2,6 +2,7 @@
 // Prints one JSON object: what generateText and streamText saw. Usage: node ai_sdk.mjs BASE_URL
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, stepCountIs, streamText, tool } from 'ai';
+import { streamParts } from './stream_parts.mjs';
 import { z } from 'zod';
 
 const openai = createOpenAI({ baseURL: process.argv[2], apiKey: 'test' });
@@ -26,17 +27,12 @@ const result = {
 };
 
 const streamed = streamText(request);
-const parts = [];
-const errors = [];
-for await (const part of streamed.fullStream) {
-  parts.push(part.type);
-  if (part.type === 'error') errors.push(String(part.error?.message ?? part.error));
-}
+const { partTypes, errors } = await streamParts(streamed);
 result.stream = {
   steps: (await streamed.steps).length,
   finishReason: await streamed.finishReason,
   text: await streamed.text,
-  partTypes: [...new Set(parts)],
+  partTypes,
   errors,
 };
 console.log(JSON.stringify(result));

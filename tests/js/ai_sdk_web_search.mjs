@@ -3,6 +3,7 @@
 // Usage: node ai_sdk_web_search.mjs BASE_URL
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, streamText } from 'ai';
+import { streamParts } from './stream_parts.mjs';
 
 const openai = createOpenAI({ baseURL: process.argv[2], apiKey: 'test' });
 const request = {
@@ -22,16 +23,11 @@ const summary = (result) => ({
 const generated = await generateText(request);
 const out = { generate: summary(generated) };
 const streamed = streamText(request);
-const parts = [];
-const errors = [];
-for await (const part of streamed.fullStream) {
-  parts.push(part.type);
-  if (part.type === 'error') errors.push(String(part.error?.message ?? part.error));
-}
+const { partTypes, errors } = await streamParts(streamed);
 out.stream = {
   text: await streamed.text,
   sources: (await streamed.sources).map((s) => s.url),
-  partTypes: [...new Set(parts)],
+  partTypes,
   errors,
 };
 console.log(JSON.stringify(out));
