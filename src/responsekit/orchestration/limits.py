@@ -91,7 +91,7 @@ class Limiter:
         """The limits a request with this key (None: a configured key, or none) is held to; None: no limit."""
         if key is None:
             return self._default_or_none
-        limits = key.limits.over(self.default) if key.limits != NO_LIMITS else self.default
+        limits = key.limits.over(self.default)
         return limits if limits != NO_LIMITS else None
 
     async def admit(self, key_hash: str, limits: Limits, body_bytes: int, max_output: int | None) -> Admission:

@@ -1,8 +1,8 @@
 """Recording usage off the streaming path: a generation's end adds its record to a list in
 memory (`UsageLedger.add`, no I/O), and a background task writes what gathered, in one
-transaction (`store.usage.insert`), every `FLUSH_SECONDS` (sooner when `BATCH` records wait). A process that dies
-loses at most the records of its last second; one whose database fails keeps up to
-`MAX_PENDING` records and writes them when it answers again."""
+transaction (`store.usage.insert`), every `FLUSH_SECONDS` (sooner when `BATCH` records wait).
+A process that dies loses at most the records of its last second; one whose database fails
+keeps up to `MAX_PENDING` records and writes them when it answers again."""
 
 from __future__ import annotations
 
