@@ -7,7 +7,7 @@ ARGS ?=
 # not answer and PostgreSQL is installed (tests/postgres.py).
 export RESPONSEKIT_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test chromium haproxy bench bench-peers clean
+.PHONY: run test chromium haproxy valgrind bench bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,9 +80,17 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 ## Run the benchmarks (bench/*.py) and print their tables; results are recorded in bench/RESULTS.md.
 ## The gateway benchmark includes LiteLLM and llama-stack when `make bench-peers` installed them.
 ## One or some: make bench BENCHES=gateway
-BENCHES ?= gateway traces state replicas affinity parsers vector_search engine
-bench: $(VENV)/.installed-bench
+BENCHES ?= gateway instructions traces state replicas affinity fairness parsers vector_search engine
+bench: $(VENV)/.installed-bench valgrind
 	cd bench && for b in $(BENCHES); do ../$(BIN)/python $$b.py || exit 1; done
+
+# What bench/instructions.py counts instructions with: Debian's valgrind, installed when missing
+# and apt-get can run (as root).
+valgrind:
+	@if ! command -v valgrind >/dev/null && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "Installing Debian's valgrind for bench/instructions.py"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; \
+	fi
 
 ## Install the peers the gateway benchmark compares with, each in its own venv under bench/.peers/.
 PEER_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python) python3.12)

@@ -23,8 +23,10 @@ waits) and its memory per open stream is measured.
 `--without-metrics` and `--with-traces` add a ResponseKit with its metrics off, or with
 OpenTelemetry traces on (exported to `bench/otlp_sink.py`), taking turns with the default one;
 `--compare-with REV` adds one running the code of git revision REV, to see what a change costs
-with both measured in the same minutes. `--rounds N` has the targets take turns N times per cell,
-summed, so that a drift in the machine's load falls on all of them alike.
+with both measured in the same minutes. `--rounds N` has the targets take turns N times per cell
+(every other round in reverse order), summed, so that a drift in the machine's load falls on all
+of them alike; `--settle S` reads a gateway's CPU S seconds after its cell, so that the writes the
+cell left behind count in it.
 
 Run: `.venv/bin/python bench/gateway.py` (`--help` for options); prints a Markdown section
 for bench/RESULTS.md and writes latency plots (PNG) next to this file
@@ -220,12 +222,16 @@ def chat_target(port: int, model: str) -> Target:
                   {"model": model, "messages": [{"role": "user", "content": PROMPT}]})  # fmt: skip
 
 
-async def measure(gateway: Gateway, concurrency: int, stream: bool, seconds: float, warmup: float, tokens: int) -> Cell:
+async def measure(gateway: Gateway, concurrency: int, stream: bool, seconds: float, warmup: float, tokens: int,
+                  settle: float = 0.0) -> Cell:  # fmt: skip
+    """One cell; the gateway's CPU is read `settle` seconds after its load ends, so that the
+    writes it left behind (usage records, stored responses) count in it, not in the next one."""
     target = gateway.target
     target.terminal_marker = gateway.stream_terminal if stream else b""
     target.last_marker = f"word{tokens - 1}".encode()
     before = cpu_seconds(gateway.pid) if gateway.pid else None
     samples, elapsed, completed = await run(target, concurrency, stream, seconds, warmup)
+    await asyncio.sleep(settle)
     cpu = cpu_seconds(gateway.pid) - before if gateway.pid and before is not None else None
     rss = rss_bytes(gateway.pid) if gateway.pid else None
     return Cell(samples, elapsed, completed, cpu, rss)
@@ -506,14 +512,17 @@ async def benchmark(args: argparse.Namespace, section: Section, open_streams_cou
         load_before = os.getloadavg()[0]
         for stream in (True, False):
             for concurrency in args.concurrency:
-                for _ in range(args.rounds):
-                    for gateway in gateways:
-                        cell = await measure(gateway, concurrency, stream, args.seconds, args.warmup, args.tokens)
+                for round_ in range(args.rounds):
+                    # every other round in reverse order: no target always goes first, or right after another
+                    for gateway in gateways if round_ % 2 == 0 else gateways[::-1]:
+                        cell = await measure(gateway, concurrency, stream, args.seconds, args.warmup, args.tokens,
+                                             args.settle)  # fmt: skip
                         earlier = gateway.cells.get((stream, concurrency))
                         gateway.cells[(stream, concurrency)] = earlier.add(cell) if earlier else cell
+                        cpu = f"{cell.cpu / (cell.completed * args.tokens) * 1e6:6.1f}" if cell.cpu and cell.completed else "—"
                         print(f"{gateway.name:36} stream={stream!s:5} C={concurrency:<3} {cell.rate:7.0f} req/s "
                               f"first event p50 {cell.first_event(0.5):7.2f} ms, token {cell.first_token(0.5):7.2f} ms  "
-                              f"errors {cell.errors}", file=sys.stderr, flush=True)  # fmt: skip
+                              f"CPU s/M tokens {cpu}  errors {cell.errors}", file=sys.stderr, flush=True)  # fmt: skip
         if open_streams_count:
             for gateway in gateways[1:]:
                 if gateway.hold_model and gateway.pid:
@@ -576,6 +585,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="targets take turns this many times per cell (each --seconds long), summed: finer "
                         "interleaving, for comparisons on a noisy machine")
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="seconds to wait after each cell before reading the gateways' CPU, so that the writes "
+                        "a cell leaves behind (usage records, stored responses) count in it")
     parser.add_argument("--open-streams", type=int, default=1000,
                         help="streams held open at once, in the first run (0: skip)")
     parser.add_argument("--no-peers", action="store_true", help="only the engine and ResponseKit")

@@ -3,7 +3,10 @@
 - store:true vs store:false: the time one non-streaming response takes end to end (the
   added part is the transaction that stores the request, its items and its output);
 - a chain of depth 100: the time to load its history from the store, and a request
-  continuing it compared with a request without history.
+  continuing it compared with a request without history;
+- usage records (`store/usage.py`), written as the usage ledger writes them, a batch to a
+  transaction: the CPU (this process's, every thread) and the time each record costs, by batch
+  size (a busy gateway writes about a thousand a second, once a second; a quiet one a few).
 
 The engine is `bench/fake_engine.py` in its own process, ResponseKit is `responsekit serve`
 in another. Run: `.venv/bin/python bench/state.py [--postgres postgresql://…]`
@@ -31,6 +34,7 @@ import httpx
 from machine import describe
 
 from responsekit.store import Store
+from responsekit.store.usage import UsageRecord, insert
 
 HERE = Path(__file__).parent
 
@@ -133,6 +137,31 @@ def measure(database_url: str, engine_url: str, requests: int) -> dict[str, floa
     }
 
 
+USAGE_BATCHES = (15, 100, 1000)
+
+
+async def usage_writes(database_url: str, rounds: int = 10) -> dict[int, tuple[float, float]]:
+    """Per batch size: µs of CPU and of wall time per usage record written, over `rounds` batches."""
+    store = await Store.open(database_url)
+    try:
+        found = {}
+        for size in USAGE_BATCHES:
+            cpu = wall = 0.0
+            for number in range(rounds + 2):  # the first two warm the statement cache
+                now = int(time.time() * 1000)
+                records = [UsageRecord(now + i, "k" * 64, "key_bench", f"req_{uuid.uuid4().hex}", "/v1/responses",
+                                       "bench-model", "bench", 20, 0, 32, 0, "200", 3) for i in range(size)]  # fmt: skip
+                cpu_before, wall_before = time.process_time(), time.perf_counter()
+                await insert(store.database, records)
+                if number >= 2:
+                    cpu += time.process_time() - cpu_before
+                    wall += time.perf_counter() - wall_before
+            found[size] = (cpu / (rounds * size) * 1e6, wall / (rounds * size) * 1e6)
+        return found
+    finally:
+        await store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--postgres", default=os.environ.get("RESPONSEKIT_TEST_DATABASE_URL"))
@@ -142,13 +171,16 @@ def main() -> None:
     engine_port = free_port()
     engine = [sys.executable, str(HERE / "fake_engine.py"), "--port", str(engine_port), "--tokens", "32"]
     results: dict[str, dict[str, float]] = {}
+    usage: dict[str, dict[int, tuple[float, float]]] = {}
     with process(*engine, url=f"http://127.0.0.1:{engine_port}/v1/models"):
         engine_url = f"http://127.0.0.1:{engine_port}/v1"
         with tempfile.TemporaryDirectory() as directory:
             results["SQLite"] = measure(f"sqlite:///{directory}/bench.db", engine_url, args.requests)
+            usage["SQLite"] = asyncio.run(usage_writes(f"sqlite:///{directory}/bench.db"))
         if args.postgres:
             with fresh_postgres(args.postgres) as url:
                 results["PostgreSQL"] = measure(url, engine_url, args.requests)
+                usage["PostgreSQL"] = asyncio.run(usage_writes(url))
 
     print(f"machine: {describe()}")
     print(f"median of {args.requests} sequential non-streaming responses (32 tokens each), milliseconds\n")
@@ -157,6 +189,11 @@ def main() -> None:
     print("|---|" + "---:|" * len(columns))
     for name, row in results.items():
         print(f"| {name} | " + " | ".join(f"{row[c]:.2f}" for c in columns) + " |")
+    print("\nusage records written a batch to a transaction, µs per record: CPU (this process) / time\n")
+    print("| store | " + " | ".join(f"{size:,} a batch" for size in USAGE_BATCHES) + " |")
+    print("|---|" + "---:|" * len(USAGE_BATCHES))
+    for name, row in usage.items():
+        print(f"| {name} | " + " | ".join(f"{row[size][0]:.1f} / {row[size][1]:.1f}" for size in USAGE_BATCHES) + " |")
 
 
 if __name__ == "__main__":

@@ -184,7 +184,7 @@ class Meter:
     admission (if its key has limits) and leaves its usage record with the ledger; every call is
     passed on to the metrics' own observation, if any."""
 
-    __slots__ = ("_first", "admission", "inner", "ledger", "limiter", "place", "record", "started")
+    __slots__ = ("admission", "first_token", "inner", "ledger", "limiter", "place", "record", "started")
 
     def __init__(self, inner: Observation | None, limiter: Limiter, admission: Admission | None,
                  ledger: UsageLedger | None, record: UsageRecord) -> None:  # fmt: skip
@@ -197,11 +197,8 @@ class Meter:
         self.started = time.perf_counter()
         self.place: Place | None = None
         """Its place at a busy engine (`backends/fairness.py`), given back at the end."""
-        self._first: float | None = None
-
-    @property
-    def first_token(self) -> float | None:
-        return self._first
+        self.first_token: float | None = None
+        """An attribute, not a property: `rendering.rendered` reads it for every event until it is set."""
 
     def serving(self, model: str, upstream: str) -> None:
         self.record.model, self.record.upstream = model, upstream
@@ -219,8 +216,8 @@ class Meter:
             record.output_tokens += event.output_tokens
             record.cached_tokens += event.cached_tokens
             record.reasoning_tokens += event.reasoning_tokens
-        elif self._first is None and isinstance(event, OUTPUT):
-            self._first = time.perf_counter()
+        elif self.first_token is None and isinstance(event, OUTPUT):
+            self.first_token = time.perf_counter()
         if self.inner is not None:
             self.inner.saw(event)
 

@@ -33,8 +33,11 @@ class UsageRecord:
 
 _FIELDS = ", ".join(UsageRecord.__slots__)  # type: ignore[attr-defined]
 _ROW = f"({', '.join('?' * len(UsageRecord.__slots__))})"  # type: ignore[attr-defined]
-ROWS_PER_STATEMENT = 200
-"""Rows one INSERT writes (13 values each: within both databases' limit on a statement's values)."""
+ROWS_PER_STATEMENT = 100
+"""Rows one INSERT writes (13 values each): its text stays under the 15 KiB asyncpg caches a
+prepared statement up to (`max_cacheable_statement_size`,
+https://magicstack.github.io/asyncpg/current/api/index.html#asyncpg.connection.connect); at 200
+rows each write was prepared anew, at four times the CPU per row (`bench/state.py`)."""
 
 
 async def insert(database: Database, records: list[UsageRecord]) -> None:
