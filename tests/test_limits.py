@@ -79,6 +79,9 @@ def test_requests_per_minute_with_the_sdks_reading_the_headers_and_errors(upstre
         assert raw.headers["anthropic-ratelimit-requests-remaining"] == "0"
         assert raw.headers["anthropic-ratelimit-requests-reset"].endswith("Z")
         assert int(raw.headers["anthropic-ratelimit-tokens-remaining"]) < 100_000
+        for kind in ("input-tokens", "output-tokens"):  # one budget: each says what the tokens say
+            for part in ("limit", "remaining", "reset"):
+                assert raw.headers[f"anthropic-ratelimit-{kind}-{part}"] == raw.headers[f"anthropic-ratelimit-tokens-{part}"]
 
         with pytest.raises(openai.RateLimitError) as limited:
             client.responses.create(model="test-model", input="x")

@@ -153,7 +153,12 @@ class Limiter:
 
 
 def rate_headers(limits: Limits, counted: Counted, reserved: int) -> dict[str, str]:
-    """OpenAI's and Anthropic's rate-limit headers for the minute window (requests and tokens)."""
+    """OpenAI's and Anthropic's rate-limit headers for the minute window (requests and tokens).
+
+    Anthropic limits input and output tokens apart and sends `anthropic-ratelimit-input-tokens-*`
+    and `-output-tokens-*` beside the most restrictive `-tokens-*`
+    (https://docs.anthropic.com/en/api/rate-limits#response-headers); `tpm` is one budget both
+    draw on, so all three say the same."""
     headers: dict[str, str] = {}
     reset = counted.minute.resets_in
     at = datetime.fromtimestamp(time.time() + reset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -165,9 +170,10 @@ def rate_headers(limits: Limits, counted: Counted, reserved: int) -> dict[str, s
         headers[f"x-ratelimit-limit-{kind}"] = str(limit)
         headers[f"x-ratelimit-remaining-{kind}"] = remaining
         headers[f"x-ratelimit-reset-{kind}"] = _duration(reset)
-        headers[f"anthropic-ratelimit-{kind}-limit"] = str(limit)
-        headers[f"anthropic-ratelimit-{kind}-remaining"] = remaining
-        headers[f"anthropic-ratelimit-{kind}-reset"] = at
+        for name in (kind,) if kind == "requests" else (kind, "input-tokens", "output-tokens"):
+            headers[f"anthropic-ratelimit-{name}-limit"] = str(limit)
+            headers[f"anthropic-ratelimit-{name}-remaining"] = remaining
+            headers[f"anthropic-ratelimit-{name}-reset"] = at
     return headers
 
 
