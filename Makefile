@@ -47,22 +47,21 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	npm ci --prefix tests/js --no-audit --no-fund </dev/null
 	touch $@
 
-# The browser tests/test_ui.py drives: Debian's chromium, installed when missing and
-# apt-get can run (as root); Playwright is told its path, so it downloads no browser of its own.
-CHROMIUM := /usr/bin/chromium
-chromium:
-	@if [ ! -x $(CHROMIUM) ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-		echo "Installing Debian's chromium for the inspector's browser tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+# $(call debian,PROGRAM,PACKAGE,FOR): Debian's PACKAGE, installed when PROGRAM is missing and
+# apt-get can run (as root); FOR says what needs it.
+debian = @if ! command -v $(1) >/dev/null && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		echo "Installing Debian's $(2) for $(3)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; \
 	fi
 
-# The load balancer tests/test_replicas.py puts in front of two replicas: Debian's
-# haproxy, installed when missing and apt-get can run (as root); without it that test is skipped.
+# The browser tests/test_ui.py drives (Playwright is told its path, /usr/bin/chromium, so it
+# downloads no browser of its own).
+chromium:
+	$(call debian,chromium,chromium,the inspector's browser tests)
+
+# The load balancer tests/test_replicas.py puts in front of two replicas.
 haproxy:
-	@if ! command -v haproxy >/dev/null && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-		echo "Installing Debian's haproxy for the replicas test"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
-	fi
+	$(call debian,haproxy,haproxy,the replicas test)
 
 ## Install everything the tests need and run them all, after checking that every module src/
 ## imports is a declared dependency (deptry), that nothing below the frontends (api/) imports
@@ -84,13 +83,9 @@ BENCHES ?= gateway instructions traces state replicas affinity fairness parsers 
 bench: $(VENV)/.installed-bench valgrind
 	cd bench && for b in $(BENCHES); do ../$(BIN)/python $$b.py || exit 1; done
 
-# What bench/instructions.py counts instructions with: Debian's valgrind, installed when missing
-# and apt-get can run (as root).
+# What bench/instructions.py counts instructions with.
 valgrind:
-	@if ! command -v valgrind >/dev/null && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-		echo "Installing Debian's valgrind for bench/instructions.py"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; \
-	fi
+	$(call debian,valgrind,valgrind,bench/instructions.py)
 
 ## Install the peers the gateway benchmark compares with, each in its own venv under bench/.peers/.
 PEER_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python) python3.12)

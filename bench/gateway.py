@@ -191,6 +191,10 @@ class Cell:
     def first_event(self, quantile: float) -> float:
         return _quantile([(s.head - s.start) * 1000 for s in self.ok], quantile)
 
+    def cpu_per_million_tokens(self, tokens: int) -> str:
+        """The gateway's CPU seconds per million answer tokens (`tokens` an answer), or — unmeasured."""
+        return f"{self.cpu / (self.completed * tokens) * 1e6:.1f}" if self.cpu is not None and self.completed else "—"
+
     def add(self, other: Cell) -> Cell:
         """This cell and another round of it, as one: samples, seconds, requests and CPU summed."""
         cpu = self.cpu + other.cpu if self.cpu is not None and other.cpu is not None else None
@@ -279,11 +283,10 @@ def table(gateways: list[Gateway], tokens: int) -> str:
                         latency += "| — "
                     else:
                         latency += f"| {p50 - measure(base, 0.5):.2f} / {p99 - measure(base, 0.99):.2f} "
-                cpu = f"{cell.cpu / (cell.completed * tokens) * 1e6:.1f}" if cell.cpu is not None and cell.completed else "—"
                 rss = f"{cell.rss / 2**20:.0f}" if cell.rss else "—"
                 rows.append(
                     f"| {gateway.name} | {'yes' if stream else 'no'} | {concurrency} | {cell.rate:.0f} "
-                    f"| {cell.rate / base.rate:.2f} | {cell.errors} {latency}| {cpu} | {rss} |"
+                    f"| {cell.rate / base.rate:.2f} | {cell.errors} {latency}| {cell.cpu_per_million_tokens(tokens)} | {rss} |"
                 )
     return "\n".join(rows)
 
@@ -317,6 +320,16 @@ def plot(gateways: list[Gateway], stream: bool, path: Path) -> None:
 
 
 # --- the run ---------------------------------------------------------------------------
+
+
+def code_of(revision: str, directory: Path) -> dict[str, str]:
+    """The environment that runs `responsekit` from git revision `revision`'s `src/`, extracted
+    into `directory`, instead of this tree's."""
+    archive = subprocess.run(["git", "archive", revision, "src"], cwd=HERE.parent, check=True,
+                             capture_output=True).stdout  # fmt: skip
+    directory.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
+    return {"PYTHONPATH": str(directory / "src")}
 
 
 def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url: str, data: Path,
@@ -359,14 +372,10 @@ def start_gateways(stack: ExitStack, engine: subprocess.Popen[bytes], engine_url
             Gateway("ResponseKit no usage /v1/messages", messages_target(port, MODEL), b"message_stop", bare.pid),
         ]  # fmt: skip
     if compare_with:  # the code of another revision, taking turns with this tree's
-        archive = subprocess.run(["git", "archive", compare_with, "src"], cwd=HERE.parent, check=True,
-                                 capture_output=True).stdout  # fmt: skip
-        (data / "then").mkdir()
-        subprocess.run(["tar", "-x", "-C", str(data / "then")], input=archive, check=True)
         port = free_port()
         command = [*serve, "--port", str(port), "--data-dir", str(data / "responsekit-then")]
         then = stack.enter_context(service(f"responsekit {compare_with}", command, f"http://127.0.0.1:{port}/health",
-                                           env={"PYTHONPATH": str(data / "then" / "src")}))  # fmt: skip
+                                           env=code_of(compare_with, data / "then")))  # fmt: skip
         gateways += [
             Gateway(f"ResponseKit {compare_with} /v1/responses", responses_target(port, MODEL), b"response.completed",
                     then.pid),
@@ -519,10 +528,9 @@ async def benchmark(args: argparse.Namespace, section: Section, open_streams_cou
                                              args.settle)  # fmt: skip
                         earlier = gateway.cells.get((stream, concurrency))
                         gateway.cells[(stream, concurrency)] = earlier.add(cell) if earlier else cell
-                        cpu = f"{cell.cpu / (cell.completed * args.tokens) * 1e6:6.1f}" if cell.cpu and cell.completed else "—"
                         print(f"{gateway.name:36} stream={stream!s:5} C={concurrency:<3} {cell.rate:7.0f} req/s "
                               f"first event p50 {cell.first_event(0.5):7.2f} ms, token {cell.first_token(0.5):7.2f} ms  "
-                              f"CPU s/M tokens {cpu}  errors {cell.errors}", file=sys.stderr, flush=True)  # fmt: skip
+                              f"CPU s/M tokens {cell.cpu_per_million_tokens(args.tokens):>6}  errors {cell.errors}", file=sys.stderr, flush=True)  # fmt: skip
         if open_streams_count:
             for gateway in gateways[1:]:
                 if gateway.hold_model and gateway.pid:
@@ -570,7 +578,9 @@ def report(args: argparse.Namespace, runs: list[Section]) -> str:
                     before, during = outcome
                     per = (during - before) / args.open_streams / 1024
                     lines.append(f"| {name} | {before / 2**20:.0f} | {during / 2**20:.0f} | {per:.1f} |")
-        lines += ["", f"![streaming]({section.plots}-stream.png)", "", f"![non-streaming]({section.plots}-nonstream.png)"]
+        if args.plots:
+            lines += ["", f"![streaming]({section.plots}-stream.png)", "",
+                      f"![non-streaming]({section.plots}-nonstream.png)"]  # fmt: skip
     return "\n".join(lines)
 
 

@@ -33,38 +33,46 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
-from gateway import MODEL, PROMPT, free_port, service
+from gateway import (
+    MODEL,
+    chat_target,
+    code_of,
+    free_port,
+    messages_target,
+    responses_target,
+    service,
+)
+from loadgen import Target
 from machine import describe
 
 HERE = Path(__file__).parent
-ROUTES: dict[str, tuple[str, dict[str, object], dict[str, str]]] = {
-    "/v1/responses": ("/v1/responses", {"model": MODEL, "input": PROMPT, "store": False}, {}),
-    "/v1/responses store": ("/v1/responses", {"model": MODEL, "input": PROMPT, "store": True}, {}),
-    "/v1/chat/completions": ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]}, {}),
-    "/v1/messages": ("/v1/messages", {"model": MODEL, "max_tokens": 1024, "messages": [{"role": "user", "content": PROMPT}]},
-                     {"anthropic-version": "2023-06-01"}),
-}  # fmt: skip
-"""The targets `bench/gateway.py` measures, as (path, body, headers)."""
+ROUTES: dict[str, Callable[[int], Target]] = {
+    "/v1/responses": lambda port: responses_target(port, MODEL),
+    "/v1/responses store": lambda port: responses_target(port, MODEL, store=True),
+    "/v1/chat/completions": lambda port: chat_target(port, MODEL),
+    "/v1/messages": lambda port: messages_target(port, MODEL),
+}
+"""The targets `bench/gateway.py` measures, on a gateway's port."""
 
 
-async def load(port: int, path: str, body: dict[str, object], headers: dict[str, str], requests: int,
-               stream: bool) -> None:  # fmt: skip
+async def load(target: Target, requests: int, stream: bool) -> None:
     """`requests` requests, four at a time, each read to its end."""
     left = requests
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{target.port}", timeout=300) as client:
 
         async def worker() -> None:
             nonlocal left
             while left > 0:
                 left -= 1
-                response = await client.post(path, json={**body, "stream": stream}, headers=headers)
+                response = await client.post(target.path, json={**target.body, "stream": stream}, headers=target.headers)
                 await response.aread()
                 if response.status_code != 200:
-                    raise RuntimeError(f"{path}: {response.status_code} {response.text[:200]}")
+                    raise RuntimeError(f"{target.path}: {response.status_code} {response.text[:200]}")
 
         await asyncio.gather(*(worker() for _ in range(4)))
 
@@ -103,13 +111,7 @@ def main() -> None:
         engine_url = f"http://127.0.0.1:{engine_port}/v1"
         stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port", str(engine_port)],
                                     f"{engine_url}/models"))  # fmt: skip
-        env = {"RESPONSEKIT_RECORD_USAGE": "false"}
-        if args.compare_with:
-            archive = subprocess.run(["git", "archive", args.compare_with, "src"], cwd=HERE.parent, check=True,
-                                     capture_output=True).stdout  # fmt: skip
-            (data / "then").mkdir()
-            subprocess.run(["tar", "-x", "-C", str(data / "then")], input=archive, check=True)
-            env = {"PYTHONPATH": str(data / "then" / "src")}
+        env = code_of(args.compare_with, data / "then") if args.compare_with else {"RESPONSEKIT_RECORD_USAGE": "false"}
         servers: list[tuple[str, int, int, Path]] = []
         for name, extra in (("this tree", {}), (other, env)):
             port, out = free_port(), data / f"callgrind-{len(servers)}.out"
@@ -119,14 +121,15 @@ def main() -> None:
             process = stack.enter_context(service(f"responsekit under callgrind ({name})", command,
                                                   f"http://127.0.0.1:{port}/health", env=extra, timeout=900))  # fmt: skip
             servers.append((name, port, process.pid, out))
-        for route, (path, body, headers) in ROUTES.items():
+        for route, target_on in ROUTES.items():
             for stream in (True, False):
                 per_request = []
                 for name, port, pid, out in servers:
-                    asyncio.run(load(port, path, body, headers, args.warmup, stream))
+                    target = target_on(port)
+                    asyncio.run(load(target, args.warmup, stream))
                     time.sleep(args.settle)
                     subprocess.run(["callgrind_control", "--zero", str(pid)], check=True, capture_output=True)
-                    asyncio.run(load(port, path, body, headers, args.requests, stream))
+                    asyncio.run(load(target, args.requests, stream))
                     time.sleep(args.settle)
                     per_request.append(counted(pid, out) / args.requests)
                     print(f"{route:24} stream={stream!s:5} {name:32} {per_request[-1] / 1e6:7.3f} M instructions/request",
