@@ -504,7 +504,7 @@ def test_count_tokens_is_exact_on_an_in_process_model(engine_server):
 
 
 def test_max_tokens_beyond_the_context_is_clamped(engine_server, caplog):
-    caplog.set_level(logging.INFO, logger="responsekit.api.messages.routes")
+    caplog.set_level(logging.INFO, logger="responsekit.orchestration.pipeline")
     model = engine_server.app.state.router.engines[0].model
     request = {"model": model, "max_tokens": 64000, "messages": [{"role": "user", "content": "Hi"}]}
     answer = httpx.post(f"{engine_server.url}/v1/messages", json=request, headers=HEADERS, timeout=120)

@@ -33,6 +33,7 @@ from .operations.record import Recorder
 from .orchestration.attachments import Attachments
 from .orchestration.limits import Limiter
 from .orchestration.orchestrator import Orchestrator
+from .orchestration.pipeline import Pipeline
 from .orchestration.runs import Runs
 from .orchestration.sealing import Sealer
 from .orchestration.usage import UsageLedger
@@ -93,13 +94,15 @@ def create_app(settings: Settings) -> FastAPI:
         else:
             await web.start()  # an engine that cannot be reached now is logged, never fatal
         app.state.web_search = web
-        attachments = app.state.attachments = Attachments(
+        attachments = Attachments(
             urls, app.state.vector_stores, store, router, vision_model=settings.vision_model,
             max_image_bytes=settings.max_image_bytes, max_document_chars=settings.max_document_chars,
         )  # fmt: skip
-        app.state.orchestrator = Orchestrator(
-            router, store, runs, sealer, urls, app.state.vector_stores, attachments, settings.summarizer_model, web
-        )
+        pipeline = app.state.pipeline = Pipeline(
+            router, attachments, limiter, usage if settings.record_usage else None, app.state.vector_stores, urls, web,
+            queue_timeout=settings.queue_timeout, max_queue_per_key=settings.max_queue_per_key,
+        )  # fmt: skip
+        app.state.orchestrator = Orchestrator(pipeline, store, runs, sealer, settings.summarizer_model)
         await runs.start()
         try:  # a model that fails to load still closes what was opened, so the process ends
             await router.start()

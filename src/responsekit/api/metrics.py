@@ -1,4 +1,4 @@
-"""`GET /metrics`: the Prometheus text exposition, and the frontends' way to observe a generation.
+"""`GET /metrics`: the Prometheus text exposition (a generation is observed from `callers.caller`).
 
 Owner-scoped like the API: with keys configured a scrape needs one; without keys the server
 listens on loopback only. `--no-metrics` removes the route (a 404) and every observation.
@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client.exposition import choose_encoder
 
-from ..operations.metrics import Metrics, Observation
+from ..operations.metrics import Metrics
 from .auth import authorize
 
 router = APIRouter()
@@ -23,8 +23,3 @@ async def scrape(request: Request) -> Response:
     encode, content_type = choose_encoder(request.headers.get("accept", ""))  # OpenMetrics when the scraper asks
     return Response(encode(metrics.registry), media_type=content_type)
 
-
-def observation(request: Request, route: str, stream: bool) -> Observation | None:
-    """A generation request on `route` (a template, e.g. `/v1/responses`), observed from now; None without metrics."""
-    metrics: Metrics | None = request.app.state.metrics
-    return metrics.observation(route, stream) if metrics is not None else None

@@ -20,7 +20,7 @@ from ..canonical.ids import new_id
 from ..operations import tracing
 from ..operations.logs import ACCESS_LOGGER, RequestInfo, current
 from ..operations.metrics import Metrics
-from .limits import ANSWER_HEADERS
+from .callers import ANSWER_HEADERS
 
 HEADER = b"x-request-id"
 SANE_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
@@ -75,7 +75,7 @@ class RequestIds:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()), header]
-                extra = scope.get("state", {}).get(ANSWER_HEADERS)  # rate limits (`limits.py`)
+                extra = scope.get("state", {}).get(ANSWER_HEADERS)  # rate limits (`callers.py`)
                 if extra:
                     message["headers"] += [(name.encode(), value.encode()) for name, value in extra.items()]
             await send(message)
@@ -92,13 +92,18 @@ class RequestIds:
                 _access_line(scope, status, time.perf_counter() - info.arrived)
 
 
+_KEY_PARAMETER = re.compile(r"(^|&)key=[^&]*")
+"""A key in the query (Google's clients may send theirs as `?key=`): never written to the log."""
+
+
 def _access_line(scope: dict[str, Any], status: int | None, seconds: float) -> None:
     """The access log's line, written once the answer is sent (a stream's at its end)."""
     client = scope.get("client")
     address = f"{client[0]}:{client[1]}" if client else "-"
     path = scope["path"]
     if scope.get("query_string"):
-        path = f"{path}?{scope['query_string'].decode('latin-1')}"
+        query = _KEY_PARAMETER.sub(r"\1key=REDACTED", scope["query_string"].decode("latin-1"))
+        path = f"{path}?{query}"
     duration_ms = round(seconds * 1000, 3)
     access_log.info(
         '%s - "%s %s HTTP/%s" %s %.1f ms', address, scope["method"], path, scope["http_version"],

@@ -101,7 +101,7 @@ class _Notes:
 
 
 class Attachments:
-    """The attachments stage (`prepare`, `generate`); one per app (`app.state.attachments`)."""
+    """The attachments stage (`prepare`, `generate`); one per app, the pipeline's (`pipeline.py`)."""
 
     def __init__(
         self,

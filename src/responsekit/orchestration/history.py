@@ -14,10 +14,10 @@ from typing import Any
 
 from ..canonical.conversation import FilePart, ImagePart, Message, Part, TextPart, ToolCall
 from ..canonical.ids import new_id
+from ..canonical.server_tools import NAMESPACE as WEB
+from ..canonical.server_tools import call_of
+from ..canonical.toolset import CUSTOM_INPUT, ToolSet
 from ..tools.file_search import format_results
-from ..tools.names import CUSTOM_INPUT, ToolSet
-from ..tools.web.tool import NAMESPACE as WEB
-from ..tools.web.tool import call_of
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,12 @@
-"""A Responses request from start to end: history, translation, routing, generation, persistence.
+"""A Responses request from start to end: the stored state layered on the one pipeline.
 
 The history comes from the store (`previous_response_id`, `conversation`, `item_reference`)
 or from a WebSocket's own cache; sealed blobs (reasoning, compaction summaries) are opened
-for the model. The engine's events pass through optional stages — a retry with the oldest
-turns dropped (`truncation: auto`), reasoning summaries — into the renderer. The answer is
-persisted before its terminal event is sent (so a client's next turn always finds it), or
-runs in the background.
+for the model. Routing, server-run tools, attachments, admission and the loop of server-run
+tools are the pipeline's (`pipeline.py`), taken in its order. The engine's events pass through
+optional stages — a retry with the oldest turns dropped (`truncation: auto`), reasoning
+summaries — into the renderer. The answer is persisted before its terminal event is sent (so
+a client's next turn always finds it), or runs in the background.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..backends import Backend
 from ..backends.router import ModelRouter
-from ..canonical.conversation import GenerationRequest, Message, NamedToolChoice
+from ..canonical.conversation import GenerationRequest, Message
 from ..canonical.errors import APIError
 from ..canonical.events import (
     Error,
@@ -29,29 +30,23 @@ from ..canonical.events import (
     Usage,
 )
 from ..canonical.ids import new_id
-from ..files.service import VectorStores
+from ..canonical.server_tools import ServerToolSpecs
+from ..canonical.toolset import ToolSet
 from ..operations import tracing
 from ..operations.logs import request_id
-from ..operations.metrics import Observer
 from ..store import Store
 from ..tools import ServerTools
-from ..tools.file_search import add_file_search
-from ..tools.mcp import McpServer, add_mcp_servers
-from ..tools.names import ToolSet
-from ..tools.outbound import UrlPolicy
-from ..tools.web import WebSearch
-from ..tools.web.tool import NAMESPACE as WEB
-from ..tools.web.tool import SEARCH, add_web_search
+from ..tools.mcp import McpServer
 from .assist import compaction_summary, summarize_reasoning
 from .attachments import Attachments
 from .flights import Flights
 from .history import translate_items
 from .items import normalize_items
+from .pipeline import Caller, Pipeline, Turn
 from .rendering import rendered
 from .runs import TERMINAL, ResponseRendering, Run, Runs
 from .sealing import Sealer
 from .timeline import Timeline
-from .tool_loop import with_server_tools
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +73,9 @@ class ResponseRequest:
     conversation_id: str | None = None
     store: bool = True
     background: bool = False
-    mcp: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    """The `mcp` tools to serve, each with its position among the request's tools."""
-    file_search: tuple[int, dict[str, Any]] | None = None
-    web_search: tuple[int, dict[str, Any]] | None = None
-    """The `web_search` tool to serve (only when the server has a search engine)."""
-    force_web_search: bool = False
-    """`tool_choice: {"type": "web_search"}`: the first generation must search."""
-    max_tool_calls: int | None = None
+    server_tools: ServerToolSpecs = field(default_factory=ServerToolSpecs)
+    """The hosted tools the server runs (`file_search`, `mcp`, `web_search` when it has a search
+    engine), `max_tool_calls`, and a web search forced by `tool_choice`."""
     truncation: bool = False
     """Retry without the oldest turn when the context overflows (`truncation: auto`)."""
     compact_threshold: int | None = None
@@ -103,13 +93,23 @@ class Prepared:
     inputs: list[dict[str, Any]]
     """The new input items, normalized (with ids), as they are stored."""
     renderer: ResponseRendering
-    upstream: Backend
-    generation: GenerationRequest
-    toolset: ToolSet
-    server_tools: ServerTools
+    turn: Turn
+    """The generation on the pipeline: routed, its tools offered, its attachments prepared, admitted."""
     timeline: Timeline | None
     """When its events went out, from the request's arrival, stored with the response; None when
     it is not stored (`store: false`), so that nothing is noted per event for nothing."""
+
+    @property
+    def generation(self) -> GenerationRequest:
+        return self.turn.generation
+
+    @property
+    def upstream(self) -> Backend:
+        return self.turn.upstream
+
+    @property
+    def toolset(self) -> ToolSet:
+        return self.turn.toolset
 
     @property
     def response(self) -> dict[str, Any]:
@@ -149,29 +149,32 @@ def _starts_chain(request: ResponseRequest, inputs: list[dict[str, Any]]) -> boo
 class Orchestrator:
     def __init__(
         self,
-        router: ModelRouter,
+        pipeline: Pipeline,
         store: Store,
         runs: Runs,
         sealer: Sealer,
-        urls: UrlPolicy,
-        vector_stores: VectorStores,
-        attachments: Attachments,
         summarizer_model: str | None = None,
-        web: WebSearch | None = None,
     ) -> None:
-        self.router = router
+        self.pipeline = pipeline
         self.store = store
         self.runs = runs
         self.sealer = sealer
-        self.urls = urls
-        self.vector_stores = vector_stores
-        self.attachments = attachments
         self.summarizer_model = summarizer_model
-        self.web = web
-        """The search engine web search tools use; None: they are dropped (docs/web-search.md)."""
         self.flights = Flights()
 
-    async def prepare(self, request: ResponseRequest, owner: str, cache: History | None = None) -> Prepared:
+    @property
+    def router(self) -> ModelRouter:
+        return self.pipeline.router
+
+    @property
+    def attachments(self) -> Attachments:
+        return self.pipeline.attachments
+
+    async def prepare(
+        self, request: ResponseRequest, owner: str, cache: History | None = None, caller: Caller | None = None
+    ) -> Prepared:
+        """The request on the pipeline, with its history; admitted under `caller`'s limits when
+        given (a count of input tokens generates nothing, and is not)."""
         timeline = Timeline() if request.store else None  # background runs are stored (a 400 otherwise)
         history = await self._history(request, owner, cache)
         inputs = normalize_items(await self._resolve_references(request.input, owner))
@@ -179,36 +182,19 @@ class Orchestrator:
             inputs = _new_to_conversation(history, inputs)
         if history:
             _check_tool_outputs(history, inputs)
-        upstream, model = await self.router.resolve(request.generation.model)
-        server_tools = ServerTools()
-        servers = await add_mcp_servers(server_tools, request.mcp, history, self.urls) if request.mcp else {}
-        if request.file_search:
-            position, spec = request.file_search
-            await add_file_search(server_tools, spec, position, owner, self.vector_stores)
-        if request.web_search and self.web is not None:
-            add_web_search(server_tools, request.web_search[1], self.web)
-        items = await _answer_approvals(history + inputs, servers, server_tools)
-        toolset = request.toolset
-        toolset.add(server_tools.functions)
-        tools = toolset.offered()
-        generation = replace(
-            request.generation,
-            model=model,
-            messages=self._messages(request, toolset, items),
-            tools=tools,
-            parallel_tool_calls=request.generation.parallel_tool_calls if tools else None,
-            tool_choice=NamedToolChoice(toolset.model_name(SEARCH, WEB)) if request.force_web_search and
-            request.web_search and self.web is not None else request.generation.tool_choice,
-            affinity_key=_affinity_key(request, history, inputs),
-        )
-        generation = await self.attachments.prepare(upstream, generation, owner)
-        renderer = request.renderer(toolset)
-        for item in server_tools.ready_items:
+        pipeline = self.pipeline
+        turn = await pipeline.open(request.generation, request.server_tools, owner, request.toolset, history)
+        items = await _answer_approvals(history + inputs, turn.mcp_servers, turn.server_tools)
+        turn.generation.messages = self._messages(request, turn.toolset, items)
+        turn.generation.affinity_key = _affinity_key(request, history, inputs)
+        await pipeline.attach(turn, owner)
+        renderer = request.renderer(turn.toolset)
+        for item in turn.server_tools.ready_items:
             renderer.add_ready_item(item)
-        prepared = Prepared(
-            request, owner, history, inputs, renderer, upstream, generation, toolset, server_tools, timeline
-        )
+        prepared = Prepared(request, owner, history, inputs, renderer, turn, timeline)
         await self._compact_if_needed(prepared)
+        if caller is not None:
+            await pipeline.admit(turn, caller)
         return prepared
 
     def _messages(self, request: ResponseRequest, toolset: ToolSet, items: list[dict[str, Any]]) -> list[Message]:
@@ -308,10 +294,10 @@ class Orchestrator:
         item, _ = await self.compaction_item(request.generation.model, prepared.history + prepared.inputs, prepared.owner)
         instructions = [i for i in prepared.history if i.get("type") == "message" and i.get("role") in
                         ("system", "developer")]  # fmt: skip
-        messages = self._messages(request, prepared.toolset, [*instructions, item, *prepared.inputs])
-        prepared.generation = await self.attachments.prepare(
-            prepared.upstream, replace(prepared.generation, messages=messages), prepared.owner
-        )
+        turn = prepared.turn
+        turn.generation = replace(turn.generation,
+                                  messages=self._messages(request, turn.toolset, [*instructions, item, *prepared.inputs]))
+        await self.pipeline.attach(turn, prepared.owner)
         prepared.renderer.add_ready_item(item)
 
     # --- generation ---------------------------------------------------------------------
@@ -326,10 +312,9 @@ class Orchestrator:
         return tracing.orchestrate(self._canonical(prepared), attributes)
 
     def _canonical(self, prepared: Prepared) -> AsyncIterator[Event]:
-        """Generations, with server-run tools in between (`tool_loop.py`)."""
-        return with_server_tools(prepared.generation, prepared.toolset, prepared.server_tools,
-                                 lambda generation: self._generation(prepared, generation),
-                                 prepared.request.max_tool_calls)  # fmt: skip
+        """Generations, with server-run tools in between (the pipeline's loop)."""
+        return self.pipeline.events(prepared.turn, prepared.response["id"],
+                                    lambda generation: self._generation(prepared, generation))  # fmt: skip
 
     def _generation(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
         """One generation's events through the stages the request asks for."""
@@ -376,17 +361,15 @@ class Orchestrator:
 
     # --- in the foreground --------------------------------------------------------------
 
-    async def events(self, prepared: Prepared, observation: Observer | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
         """The response's events; it is persisted before its terminal event goes out."""
-        if observation is not None:
-            observation.serving(prepared.generation.model, prepared.upstream.name)
         flight = None
         if prepared.timeline is not None:  # stored: the inspector lists it while it runs (`flights.py`)
             flight = self.flights.take_off(
                 prepared.owner, prepared.response, prepared.inputs, request_id(), prepared.timeline
             )
         try:
-            async for event in rendered(prepared.renderer, self.canonical(prepared), observation):
+            async for event in rendered(prepared.renderer, self.canonical(prepared), prepared.turn.observer):
                 if flight is not None:
                     flight.saw(event)
                 if event["type"] in TERMINAL:
@@ -410,15 +393,13 @@ class Orchestrator:
 
     # --- in the background --------------------------------------------------------------
 
-    async def start_background(self, prepared: Prepared, observation: Observer | None = None) -> Run:
+    async def start_background(self, prepared: Prepared) -> Run:
         await self.store.start_response(
             prepared.owner, prepared.response, prepared.inputs, self.runs.lease_until_ms(), request_id=request_id()
         )
-        if observation is not None:
-            observation.serving(prepared.generation.model, prepared.upstream.name)
-        return self.runs.launch(prepared.response["id"], lambda run: self._run(prepared, run, observation))
+        return self.runs.launch(prepared.response["id"], lambda run: self._run(prepared, run))
 
-    async def _run(self, prepared: Prepared, run: Run, observation: Observer | None) -> None:
+    async def _run(self, prepared: Prepared, run: Run) -> None:
         renderer, timeline = prepared.renderer, prepared.timeline
         assert timeline is not None, "background responses are stored"
 
@@ -427,7 +408,7 @@ class Orchestrator:
             run.publish(event)
 
         try:
-            async for event in rendered(renderer, self.canonical(prepared), observation):
+            async for event in rendered(renderer, self.canonical(prepared), prepared.turn.observer):
                 publish(event)
                 if event["type"] == "response.in_progress":
                     await self.store.update_response(renderer.response)

@@ -22,8 +22,8 @@ from ..canonical.events import (
     ToolCallStart,
     ToolResult,
 )
+from ..canonical.toolset import ToolSet
 from ..tools import ServerTools, ToolOutcome
-from ..tools.names import ToolSet
 
 
 async def with_server_tools(

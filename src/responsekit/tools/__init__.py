@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..canonical.conversation import FunctionTool
-from .names import ToolOrigin
+from ..canonical.toolset import ToolOrigin
 
 
 @dataclass(slots=True)

@@ -12,10 +12,10 @@ from typing import Any
 
 from ..canonical.conversation import FunctionTool
 from ..canonical.errors import APIError
+from ..canonical.toolset import ToolOrigin
 from ..files.service import VectorStores
 from ..operations import tracing
 from . import ServerTools, ToolOutcome
-from .names import ToolOrigin
 
 FUNCTION = FunctionTool(
     "file_search",

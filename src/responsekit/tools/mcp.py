@@ -20,9 +20,9 @@ from mcp.shared.exceptions import MCPError
 
 from ..canonical.conversation import FunctionTool
 from ..canonical.ids import new_id
+from ..canonical.toolset import ToolOrigin
 from ..operations import tracing
 from . import ServerTools, ToolOutcome
-from .names import ToolOrigin
 from .outbound import UrlPolicy
 
 log = logging.getLogger(__name__)

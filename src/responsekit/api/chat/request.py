@@ -26,7 +26,7 @@ from ...canonical.conversation import (
 )
 from ...canonical.errors import APIError
 from ...canonical.ids import new_id
-from ...tools.web.tool import check_spec
+from ...canonical.server_tools import check_spec
 
 log = logging.getLogger(__name__)
 

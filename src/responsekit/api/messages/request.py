@@ -31,10 +31,9 @@ from ...canonical.conversation import (
     ToolChoice,
 )
 from ...canonical.errors import APIError
+from ...canonical.server_tools import FETCH, SEARCH, ServerToolSpecs, check_fetch_spec, check_spec
 from ...files.extract import ExtractionError, extract_text
 from ...orchestration.sealing import Sealer
-from ...tools.web.fetch_tool import FETCH, check_fetch_spec
-from ...tools.web.tool import SEARCH, check_spec
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +75,12 @@ class Translation:
     """False for `thinking.display = "omitted"`: thinking blocks carry only their signature."""
     stop_sequences: list[str]
     """Applied by the renderer, which can then say which one stopped the answer."""
-    web_search: dict[str, Any] | None = None
-    """The request's `web_search_*` server tool as a Responses web_search tool (search only:
-    Anthropic's search reads no page), with its `max_uses`; run when the server has a search engine."""
-    web_fetch: dict[str, Any] | None = None
-    """The request's `web_fetch_*` server tool (`tools/web/fetch_tool.py`), run by the server's page reader."""
+    server_tools: ServerToolSpecs
+    """The request's `web_search_*` server tool as a web search (search only: Anthropic's search
+    reads no page) and its `web_fetch_*` tool as a page fetch, run when the server has a search
+    engine; its MCP connector's servers (`connector.py`). The loop is bounded by the web tools'
+    `max_uses`, and with MCP servers by `MAX_MCP_CALLS` more (a web tool without `max_uses`
+    then counts as many)."""
 
 
 _warned: set[str] = set()
@@ -114,7 +114,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         raise APIError(400, "No usable message in `messages`.", param="messages", code="invalid_value")
     if body.context_management:
         _warn_once("context_management is accepted and ignored: the history is sent to the engine as given")
-    choice, parallel = _tool_choice(body.tool_choice, tools, web, fetch)
+    choice, parallel, forced = _tool_choice(body.tool_choice, tools, web, fetch)
     effort, show = _thinking(body.thinking, body.output_config)
     generation = GenerationRequest(model=body.model, messages=messages, tools=tools, tool_choice=choice,
                                    parallel_tool_calls=parallel, reasoning_effort=effort)  # fmt: skip
@@ -127,7 +127,11 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         user_id = (body.metadata or {}).get("user_id")
         if isinstance(user_id, str) and user_id:  # Claude Code's user_id names its session
             generation.affinity_key = f"user_id:{user_id}"
-    return Translation(generation, show, stops, web, fetch)
+    run = [spec for spec in (web, fetch) if spec is not None]
+    uses = [spec.get("max_uses") for spec in run]
+    specs = ServerToolSpecs(web_search=web, web_fetch=fetch, forced=forced,
+                            max_tool_calls=None if None in uses else sum(uses))  # fmt: skip
+    return Translation(generation, show, stops, specs)
 
 
 def _without_billing_header(text: str) -> str:
@@ -202,27 +206,28 @@ def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
 
 
 def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool], web: dict[str, Any] | None = None,
-                 fetch: dict[str, Any] | None = None) -> tuple[ToolChoice, bool | None]:  # fmt: skip
-    """`web`, `fetch`: the web search and web fetch server tools the server runs; naming one
-    forces it (Claude Code's WebSearch tool asks so), which `routes.py` points at the function's name."""
+                 fetch: dict[str, Any] | None = None) -> tuple[ToolChoice, bool | None, str | None]:  # fmt: skip
+    """The tool choice, parallel calls, and the server-run function it forces. `web`, `fetch`: the
+    web search and web fetch server tools the server runs; naming one forces it (Claude Code's
+    WebSearch tool asks so), which the pipeline points at the function's name."""
     if choice is None:
-        return "auto", None
+        return "auto", None, None
     kind = choice.get("type")
     parallel = False if choice.get("disable_parallel_tool_use") is True else None
     if kind == "auto":
-        return "auto", parallel
+        return "auto", parallel, None
     if kind == "any":
-        return "required", parallel
+        return "required", parallel, None
     if kind == "none":
-        return "none", None
+        return "none", None, None
     if kind == "tool":
         name = choice.get("name")
         if any(tool.name == name for tool in tools):
-            return NamedToolChoice(str(name)), parallel
+            return NamedToolChoice(str(name)), parallel, None
         if web is not None and name == web.get("name"):
-            return NamedToolChoice(SEARCH), parallel
+            return "required", parallel, SEARCH
         if fetch is not None and name == fetch.get("name"):
-            return NamedToolChoice(FETCH), parallel
+            return "required", parallel, FETCH
         raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice",
                        code="invalid_value")  # fmt: skip
     raise APIError(400, f"Invalid tool_choice type: {kind!r}.", param="tool_choice", code="invalid_value")

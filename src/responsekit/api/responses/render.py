@@ -33,8 +33,8 @@ from ...canonical.events import (
     Usage,
 )
 from ...canonical.ids import new_id
-from ...tools.names import CUSTOM_INPUT, ToolSet
-from ...tools.web.tool import action_of
+from ...canonical.server_tools import action_of
+from ...canonical.toolset import CUSTOM_INPUT, ToolSet
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ...canonical.conversation import GenerationRequest, Message, TextPart
 from ...canonical.errors import APIError
 from ...canonical.ids import new_id
+from ...canonical.server_tools import SEARCH, ServerToolSpecs, check_spec
+from ...canonical.toolset import ToolSet
 from ...orchestration.orchestrator import ResponseRequest
 from ...orchestration.sealing import Sealer
-from ...tools.names import ToolSet
-from ...tools.web.tool import check_spec
 from .render import ResponseRenderer
 from .tools import WEB_SEARCH_TOOL_TYPES, translate_tool_choice, translate_tools
 
@@ -164,11 +164,14 @@ def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) ->
         conversation_id=body.conversation_id,
         store=body.store,
         background=body.background,
-        mcp=mcp,
-        file_search=searches[0] if searches else None,
-        web_search=webs[0] if webs else None,
-        force_web_search=isinstance(body.tool_choice, dict) and body.tool_choice.get("type") in WEB_SEARCH_TOOL_TYPES,
-        max_tool_calls=body.max_tool_calls,
+        server_tools=ServerToolSpecs(
+            web_search=webs[0][1] if webs else None,
+            file_search=searches[0] if searches else None,
+            mcp=mcp,
+            forced=SEARCH if isinstance(body.tool_choice, dict) and body.tool_choice.get("type") in WEB_SEARCH_TOOL_TYPES
+            else None,
+            max_tool_calls=body.max_tool_calls,
+        ),
         truncation=body.truncation == "auto",
         compact_threshold=body.compact_threshold,
         reasoning_summary=(reasoning.summary or reasoning.generate_summary) if reasoning else None,

@@ -19,9 +19,8 @@ from ...orchestration.orchestrator import Orchestrator
 from ...orchestration.rendering import raise_for_error
 from ...store import RUNNING, paginate
 from ..auth import Owner, allow_model, authorize
+from ..callers import caller
 from ..http import JSONResponse, read_body
-from ..limits import metered
-from ..metrics import observation
 from ..routing import json_body, plain_post
 from ..streaming import event_stream, unless_disconnected
 from .render import usage_object
@@ -50,21 +49,20 @@ async def create_for(request: Request, owner: str) -> Response:
     limit = request.app.state.settings.max_input_items
     if len(body.input_items) > limit:
         raise APIError(400, f"`input` has more than {limit} items.", param="input", code="invalid_value")
-    observed = observation(request, "/v1/responses", body.stream and not body.background)
+    asking = caller(request, "/v1/responses", body.stream and not body.background)
     conductor = orchestrator(request)
-    prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner)
-    observed = await metered(request, observed, "/v1/responses", prepared.generation.model, prepared.upstream,
-                             prepared.generation.max_output_tokens)  # fmt: skip
+    prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.pipeline.web is not None), owner,
+                                       caller=asking)  # fmt: skip
     if body.background:
-        run = await conductor.start_background(prepared, observed)
+        run = await conductor.start_background(prepared)
         if body.stream:
             return event_stream(_with_done(conductor.runs.follow(run.response_id, -1)))
         return JSONResponse(prepared.response)
     if body.stream:
-        return event_stream(_frames(conductor.events(prepared, observed)))
+        return event_stream(_frames(conductor.events(prepared)))
 
     async def drain() -> None:
-        async for _ in conductor.events(prepared, observed):
+        async for _ in conductor.events(prepared):
             pass
 
     await unless_disconnected(request, drain())
@@ -111,7 +109,7 @@ async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
     body = await read_body(request, CreateResponse)
     allow_model(request, body.model)
     conductor = orchestrator(request)
-    prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner)
+    prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.pipeline.web is not None), owner)
     count, exact = await prepared.upstream.count_tokens(prepared.generation)
     return {"object": "response.input_tokens", "input_tokens": count, "estimated": not exact}
 

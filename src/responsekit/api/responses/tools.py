@@ -14,9 +14,9 @@ from typing import Any
 
 from ...canonical.conversation import FunctionTool, NamedToolChoice, ToolChoice
 from ...canonical.errors import APIError
-from ...tools.names import CUSTOM_INPUT, ToolOrigin, ToolSet
-from ...tools.web.tool import ACTIONS as WEB_FUNCTIONS
-from ...tools.web.tool import NAMESPACE as WEB
+from ...canonical.server_tools import ACTIONS as WEB_FUNCTIONS
+from ...canonical.server_tools import NAMESPACE as WEB
+from ...canonical.toolset import CUSTOM_INPUT, ToolOrigin, ToolSet
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def translate_tools(tools: list[Any], web_search: bool = False) -> ToolSet:
 def translate_tool_choice(choice: Any, toolset: ToolSet, web_search: bool = False) -> ToolChoice:
     """The canonical tool choice; `allowed_tools` limits the tools offered (`toolset.allowed`).
     A web search forced (`{"type": "web_search"}`) is `required` here; the orchestrator names
-    the search function once it is offered (`ResponseRequest.force_web_search`)."""
+    the search function once it is offered (`ServerToolSpecs.forced`)."""
     if choice is None or choice in ("auto", "none", "required"):
         return choice or "auto"
     if not isinstance(choice, dict):

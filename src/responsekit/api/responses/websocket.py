@@ -25,8 +25,8 @@ from ...canonical.errors import APIError
 from ...canonical.sse import dumps
 from ...orchestration.orchestrator import History, Orchestrator
 from ..auth import allow_model, authorize
+from ..callers import caller
 from ..http import validation_error
-from ..limits import metered
 from .request import CreateResponse, translate
 
 log = logging.getLogger(__name__)
@@ -109,17 +109,15 @@ async def _create(websocket: WebSocket, conductor: Orchestrator, owner: str, cac
     except ValidationError as exc:
         raise validation_error(exc) from None
     allow_model(websocket, body.model)
-    metrics = websocket.app.state.metrics
-    observed = metrics.observation("/v1/responses", True) if metrics is not None else None
+    asking = caller(websocket, "/v1/responses", True, body_bytes=0)
     try:
-        prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.web is not None), owner, cache)
-        observed = await metered(websocket, observed, "/v1/responses", prepared.generation.model,
-                                 prepared.upstream, prepared.generation.max_output_tokens, body_bytes=0)
+        prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.pipeline.web is not None), owner,
+                                           cache, asking)  # fmt: skip
     except APIError:
         if body.previous_response_id:
             cache.pop(body.previous_response_id, None)
         raise
-    async with aclosing(conductor.events(prepared, observed)) as events:  # closed here if the client leaves
+    async with aclosing(conductor.events(prepared)) as events:  # closed here if the client leaves
         async for item in events:
             await websocket.send_text(dumps({**item, "stream_id": stream_id} if stream_id else item))
     if prepared.response["status"] == "completed":

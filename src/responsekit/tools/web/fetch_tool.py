@@ -20,14 +20,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...canonical.conversation import FunctionTool
-from ...canonical.errors import APIError
+from ...canonical.server_tools import FETCH, NAMESPACE, arguments_of
+from ...canonical.toolset import ToolOrigin
 from .. import ServerTools, ToolOutcome
-from ..names import ToolOrigin
 from . import FetchError, WebSearch
 from .providers import in_domains
-from .tool import NAMESPACE, _arguments, _cut
+from .tool import _cut
 
-FETCH = "web_fetch"
 MAX_URL_CHARS = 250
 DEFAULT_PAGE_CHARS = 30_000
 """Characters of a page the model reads when the tool sets no `max_content_tokens`."""
@@ -59,7 +58,7 @@ class _Fetches:
     uses: int = 0
 
     async def fetch(self, arguments: str) -> ToolOutcome:
-        value = _arguments(arguments)
+        value = arguments_of(arguments)
         url = value.get("url").strip() if isinstance(value.get("url"), str) else ""
         action = {"type": "open_page", "url": url}
         self.uses += 1
@@ -119,27 +118,3 @@ def add_web_fetch(tools: ServerTools, spec: dict[str, Any], web: WebSearch, cont
                        spec.get("max_uses"), tokens * CHARS_PER_TOKEN if tokens else DEFAULT_PAGE_CHARS,
                        citations.get("enabled") is True if isinstance(citations, dict) else None)  # fmt: skip
     tools.add(ToolOrigin("web_fetch", FETCH, NAMESPACE), DEFINITION, session.fetch)
-
-
-def check_fetch_spec(tool: dict[str, Any], param: str) -> dict[str, Any]:
-    """Anthropic's `web_fetch_*` tool as the spec `add_web_fetch` reads; a malformed option is a 400."""
-
-    def refuse(key: str, message: str) -> APIError:
-        return APIError(400, message, param=f"{param}.{key}", code="invalid_value")
-
-    for key in ("allowed_domains", "blocked_domains"):
-        domains = tool.get(key)
-        if domains is not None and not (isinstance(domains, list) and all(isinstance(d, str) for d in domains)):
-            raise refuse(key, f"`{key}` must be a list of domain names.")
-    if tool.get("allowed_domains") and tool.get("blocked_domains"):
-        raise refuse("blocked_domains", "Give `allowed_domains` or `blocked_domains`, not both.")
-    for key in ("max_uses", "max_content_tokens"):
-        value = tool.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise refuse(key, f"`{key}` must be a positive integer.")
-    citations = tool.get("citations")
-    if citations is not None and not (isinstance(citations, dict) and isinstance(citations.get("enabled", False), bool)):
-        raise refuse("citations", "`citations` must be an object such as {\"enabled\": true}.")
-    return {"type": "web_fetch", "name": tool.get("name") or FETCH,
-            **{key: tool.get(key) for key in ("allowed_domains", "blocked_domains", "max_uses",
-                                              "max_content_tokens", "citations")}}  # fmt: skip

@@ -9,23 +9,17 @@ search is offered: no page is fetched.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...canonical.conversation import FunctionTool
-from ...canonical.errors import APIError
+from ...canonical.server_tools import FIND, NAMESPACE, OPEN, SEARCH, action_of, arguments_of
+from ...canonical.toolset import ToolOrigin
 from .. import ServerTools, ToolOutcome
 from ..file_search import CITE
-from ..names import ToolOrigin
 from . import FetchError, Page, Query, SearchError, WebSearch
 from .providers import in_domains
-
-NAMESPACE = "web"
-SEARCH, OPEN, FIND = "web_search", "web_open_page", "web_find_in_page"
-ACTIONS = {SEARCH: "search", OPEN: "open_page", FIND: "find_in_page"}
-FUNCTIONS = {action: name for name, action in ACTIONS.items()}
 
 _URL = {"type": "string", "description": "The page's full http(s) URL, usually one from the search results."}
 DEFINITIONS = {
@@ -92,7 +86,7 @@ class _Session:
                            data={"action": action, "outcome": "budget"})  # fmt: skip
 
     async def search(self, arguments: str) -> ToolOutcome:
-        value = _arguments(arguments)
+        value = arguments_of(arguments)
         query = value.get("query") or next(iter(value.get("queries") or ()), None)
         action = action_of(SEARCH, arguments)
         if (spent := self.spent(action)) is not None:
@@ -184,67 +178,6 @@ def add_web_search(tools: ServerTools, spec: dict[str, Any], web: WebSearch) -> 
     if spec.get("external_web_access", True) is not False:
         tools.add(ToolOrigin("web_search", OPEN, NAMESPACE), DEFINITIONS[OPEN], session.open)
         tools.add(ToolOrigin("web_search", FIND, NAMESPACE), DEFINITIONS[FIND], session.find)
-
-
-def check_spec(spec: dict[str, Any], param: str) -> None:
-    """Refuse (400) a web_search tool whose options the server reads have the wrong shape."""
-
-    def refuse(key: str, message: str) -> APIError:
-        return APIError(400, message, param=f"{param}.{key}", code="invalid_value")
-
-    size = spec.get("search_context_size")
-    if size is not None and size not in CONTEXT_SIZES:
-        raise refuse("search_context_size", "`search_context_size` must be `low`, `medium` or `high`.")
-    filters = spec.get("filters")
-    if filters is not None and not isinstance(filters, dict):
-        raise refuse("filters", "`filters` must be an object.")
-    domains = (filters or {}).get("allowed_domains")
-    if domains is not None and not (isinstance(domains, list) and all(isinstance(d, str) for d in domains)):
-        raise refuse("filters.allowed_domains", "`allowed_domains` must be a list of domain names.")
-    location = spec.get("user_location")
-    if location is not None and not (isinstance(location, dict) and
-                                     all(isinstance(v, str) or v is None for v in location.values())):  # fmt: skip
-        raise refuse("user_location", "`user_location` must be an object of strings.")
-    access = spec.get("external_web_access")
-    if access is not None and not isinstance(access, bool):
-        raise refuse("external_web_access", "`external_web_access` must be a boolean.")
-
-
-def action_of(function: str, arguments: str) -> dict[str, Any]:
-    """The `action` of a `web_search_call` item for a call of `function` with `arguments`."""
-    value = _arguments(arguments)
-    kind = ACTIONS.get(function, "search")
-    if kind == "search":
-        query = value.get("query")
-        queries = value.get("queries") if isinstance(value.get("queries"), list) else None
-        query = query if isinstance(query, str) else (str(queries[0]) if queries else "")
-        return {"type": "search", "query": query, "queries": [str(q) for q in queries] if queries else [query]}
-    url = value.get("url") if isinstance(value.get("url"), str) else ""
-    if kind == "open_page":
-        return {"type": "open_page", "url": url}
-    pattern = value.get("pattern") if isinstance(value.get("pattern"), str) else ""
-    return {"type": "find_in_page", "url": url, "pattern": pattern}
-
-
-def call_of(action: Any) -> tuple[str, str]:
-    """The function and arguments a replayed `action` stands for (the way back of `action_of`)."""
-    action = action if isinstance(action, dict) else {}
-    kind = action.get("type") if action.get("type") in FUNCTIONS else "search"
-    if kind == "search":
-        query = action.get("query") or next(iter(action.get("queries") or ()), "")
-        return SEARCH, json.dumps({"query": str(query)}, ensure_ascii=False)
-    if kind == "open_page":
-        return OPEN, json.dumps({"url": str(action.get("url") or "")}, ensure_ascii=False)
-    return FIND, json.dumps({"url": str(action.get("url") or ""), "pattern": str(action.get("pattern") or "")},
-                            ensure_ascii=False)  # fmt: skip
-
-
-def _arguments(arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return {"query": arguments.strip()} if arguments.strip() else {}
-    return value if isinstance(value, dict) else {}
 
 
 def _cut(text: str, limit: int) -> str:

@@ -1,8 +1,8 @@
-"""The names a model knows tools by, and what each stands for (below `api/`,
-since the orchestrator reads it too: docs/architecture.md, The map, by folder).
+"""The names a model knows tools by, and what each stands for: vocabulary that frontends,
+the pipeline and the server-run tools share (docs/architecture.md, The map, by folder).
 
 A frontend maps its client's tools to functions (`api/responses/tools.py`); the
-orchestrator adds the tools the server runs (`ServerTools`) and, when the model calls
+pipeline adds the tools the server runs (`tools.ServerTools`) and, when the model calls
 one, finds out from its name whether to run it or hand it to the client.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ..canonical.conversation import FunctionTool
-from ..canonical.errors import APIError
+from .conversation import FunctionTool
+from .errors import APIError
 
 CUSTOM_INPUT = "input"
 """The one argument of a custom tool as the model sees it."""

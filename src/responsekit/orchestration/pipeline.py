@@ -1,0 +1,280 @@
+"""The one path every generation takes, whatever protocol asked for it.
+
+A frontend translates its client's request into a canonical `GenerationRequest` with the
+server-run tools it asked for (`ServerToolSpecs`), and renders the canonical events it gets
+back. In between, in this order and only here: the model is routed, the server-run tools are
+prepared and offered (file_search, web search and fetch, MCP), attachments become what the model
+reads, the prompt is counted when the frontend needs the count, the request is admitted under
+its key's limits and given its place at a busy engine, and the generations run with the
+server-run tools in between (`tool_loop.py`). The Responses API layers its stored state on
+top (`orchestrator.py`), calling the same steps (docs/architecture.md, One path).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..backends import Backend
+from ..backends.fairness import Busy
+from ..backends.router import ModelRouter
+from ..canonical.conversation import GenerationRequest, NamedToolChoice, TextPart
+from ..canonical.errors import APIError
+from ..canonical.events import Event
+from ..canonical.server_tools import NAMESPACE, ServerToolSpecs
+from ..canonical.toolset import ToolOrigin, ToolSet
+from ..files.service import VectorStores
+from ..operations.logs import current
+from ..operations.metrics import Observation, Observer
+from ..store.api_keys import ApiKey
+from ..store.usage import UsageRecord
+from ..tools import ServerTools
+from ..tools.file_search import add_file_search
+from ..tools.mcp import McpServer, add_mcp_servers
+from ..tools.outbound import UrlPolicy
+from ..tools.web import WebSearch
+from ..tools.web.fetch_tool import add_web_fetch, context_urls
+from ..tools.web.tool import add_web_search
+from .attachments import Attachments
+from .limits import Limiter, Meter, Refused
+from .tool_loop import with_server_tools
+from .usage import UsageLedger
+
+log = logging.getLogger(__name__)
+
+Generate = Callable[[GenerationRequest], AsyncIterator[Event]]
+
+
+@dataclass(slots=True)
+class Caller:
+    """Who asks for a generation, on which route, and where the answer's headers go."""
+
+    owner: str
+    """The hash of the caller's key ("" without keys): what it owns, and whose limits count."""
+    key: ApiKey | None
+    """The stored key, with its limits and weight; None for a configured key or none."""
+    route: str
+    """The route template, as usage records and metrics name it (`/v1/messages`)."""
+    observation: Observation | None = None
+    body_bytes: int = 0
+    """The request body's size, which the token estimate of an admission starts from."""
+    busy_status: int = 429
+    """The status of a refusal at a busy engine: 529 `overloaded_error` on the Messages API."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Headers for the answer (rate limits, `retry-after`), whatever it turns out to be."""
+
+
+@dataclass(slots=True)
+class Turn:
+    """A generation request on its way: routed, its server tools offered, then ready to generate."""
+
+    generation: GenerationRequest
+    upstream: Backend
+    toolset: ToolSet
+    server_tools: ServerTools
+    specs: ServerToolSpecs
+    mcp_servers: dict[str, McpServer] = field(default_factory=dict)
+    observer: Observer | None = None
+    """What watches the generation (`rendering.rendered`): its `Meter`, or the metrics' observation."""
+    input_tokens: int | None = None
+    """The prompt's tokens, when the frontend asked for them (`count_prompt`)."""
+    clamped: int | None = None
+    """The output maximum used instead of one the context had no room for."""
+
+    @property
+    def served(self) -> dict[str, ToolOrigin]:
+        """The model-facing names of the tools the server runs, with what each stands for."""
+        return {name: origin for name, origin in self.toolset.origins.items() if origin.server_side}
+
+
+class Pipeline:
+    def __init__(
+        self,
+        router: ModelRouter,
+        attachments: Attachments,
+        limiter: Limiter,
+        usage: UsageLedger | None,
+        vector_stores: VectorStores,
+        urls: UrlPolicy,
+        web: WebSearch | None = None,
+        *,
+        queue_timeout: float = 30.0,
+        max_queue_per_key: int | None = None,
+    ) -> None:
+        self.router = router
+        self.attachments = attachments
+        self.limiter = limiter
+        self.usage = usage
+        """None when usage is not recorded (`record_usage`)."""
+        self.vector_stores = vector_stores
+        self.urls = urls
+        self.web = web
+        """The search engine and page reader the web tools use; None: they are not offered (docs/web-search.md)."""
+        self.queue_timeout = queue_timeout
+        self.max_queue_per_key = max_queue_per_key
+
+    # --- the whole path, for stateless frontends ------------------------------------------
+
+    async def prepare(
+        self, generation: GenerationRequest, caller: Caller, specs: ServerToolSpecs | None = None,
+        *, count_prompt: bool = False,
+    ) -> Turn:  # fmt: skip
+        """`generation` routed, with its server tools, attachments and admission: ready to generate."""
+        turn = await self.open(generation, specs or ServerToolSpecs(), caller.owner)
+        await self.attach(turn, caller.owner)
+        if count_prompt:
+            await self.count_prompt(turn)
+        await self.admit(turn, caller)
+        return turn
+
+    def events(self, turn: Turn, response_id: str, generate: Generate | None = None) -> AsyncIterator[Event]:
+        """The answer's canonical events: generations (`generate`, by default the engine's through
+        the attachments' fallback), with the server-run tools in between."""
+        if generate is None:
+            upstream, attachments = turn.upstream, self.attachments
+
+            def generate(generation: GenerationRequest) -> AsyncIterator[Event]:
+                return attachments.generate(upstream, generation, response_id)
+
+        if not turn.server_tools.functions:
+            return generate(turn.generation)
+        return with_server_tools(turn.generation, turn.toolset, turn.server_tools, generate, turn.specs.max_tool_calls)
+
+    async def count_tokens(self, generation: GenerationRequest, owner: str) -> tuple[int, bool]:
+        """The prompt's tokens as the routed model reads it, and whether the count is exact."""
+        upstream, model = await self.router.resolve(generation.model)
+        generation = await self.attachments.prepare(upstream, replace(generation, model=model), owner)
+        return await upstream.count_tokens(generation)
+
+    # --- the steps, in this order ---------------------------------------------------------
+
+    async def open(
+        self, generation: GenerationRequest, specs: ServerToolSpecs, owner: str, toolset: ToolSet | None = None,
+        history: list[dict[str, Any]] | None = None,
+    ) -> Turn:  # fmt: skip
+        """Route the model and offer the server-run tools beside the client's (`toolset`, else
+        the generation's tools). `history`: a stored conversation, whose MCP listings are reused."""
+        upstream, model = await self.router.resolve(generation.model)
+        offer = toolset is not None or bool(specs)
+        if toolset is None:
+            toolset = ToolSet()
+            if specs:  # named beside the server's functions (a name taken twice is a 400)
+                toolset.add([(ToolOrigin("function", tool.name), tool) for tool in generation.tools])
+        turn = Turn(replace(generation, model=model), upstream, toolset, ServerTools(), specs)
+        if specs:
+            await self._serve(turn, owner, history or [])
+        if offer:
+            generation = turn.generation
+            generation.tools = toolset.offered()
+            if not generation.tools:
+                generation.parallel_tool_calls = None
+            if specs.forced is not None and any(origin.name == specs.forced and origin.namespace == NAMESPACE
+                                                for origin in turn.served.values()):  # fmt: skip
+                generation.tool_choice = NamedToolChoice(toolset.model_name(specs.forced, NAMESPACE))
+        return turn
+
+    async def _serve(self, turn: Turn, owner: str, history: list[dict[str, Any]]) -> None:
+        """The server-run tools `turn.specs` asks for, offered beside the client's."""
+        specs, server_tools = turn.specs, turn.server_tools
+        if specs.mcp:
+            turn.mcp_servers = await add_mcp_servers(server_tools, specs.mcp, history, self.urls)
+        if specs.file_search is not None:
+            position, spec = specs.file_search
+            await add_file_search(server_tools, spec, position, owner, self.vector_stores)
+        if self.web is not None:
+            if specs.web_search is not None:
+                add_web_search(server_tools, specs.web_search, self.web)
+            if specs.web_fetch is not None:
+                texts = [part.text for message in turn.generation.messages if message.role in ("user", "tool")
+                         for part in message.content if isinstance(part, TextPart)]  # fmt: skip
+                add_web_fetch(server_tools, specs.web_fetch, self.web, context_urls(texts))
+        turn.toolset.add(server_tools.functions)
+
+    async def attach(self, turn: Turn, owner: str) -> None:
+        """Images and documents made what the routed model reads (`attachments.py`)."""
+        turn.generation = await self.attachments.prepare(turn.upstream, turn.generation, owner)
+
+    async def count_prompt(self, turn: Turn) -> None:
+        """The prompt's tokens, and an output maximum clamped to what the context leaves.
+
+        A backend that knows its context (an in-process model) counts exactly and cheaply: a
+        maximum above what the context leaves (Claude Code asks 32k-64k) is clamped, logged and
+        said in `Turn.clamped`, never refused. Other engines would need a request to count: the
+        count is estimated, and the maximum goes to the engine as asked.
+        """
+        generation, upstream = turn.generation, turn.upstream
+        if upstream.context_window is None:
+            turn.input_tokens = estimate_tokens(generation)
+            return
+        turn.input_tokens, _ = await upstream.count_tokens(generation)
+        room = upstream.context_window - turn.input_tokens
+        wanted = generation.max_output_tokens
+        if wanted is not None and room > 0 and wanted > room:
+            log.info("max output tokens %d is more than the %d tokens model %s has left after the prompt: clamped",
+                     wanted, room, generation.model)  # fmt: skip
+            generation.max_output_tokens = turn.clamped = room
+
+    async def admit(self, turn: Turn, caller: Caller) -> None:
+        """Count the request against its key's limits (429 when over one), take its place at the
+        engine when that is busy (`max_concurrency`: `caller.busy_status` when none frees in
+        time), and set up its usage record, written when the generation ends (`Meter.end`)."""
+        generation, upstream, observed = turn.generation, turn.upstream, caller.observation
+        if observed is not None:
+            observed.serving(generation.model, upstream.name)
+        key, owner = caller.key, caller.owner
+        limits = self.limiter.limits_for(key)
+        gate = self.router.gate(upstream)
+        if self.usage is None and limits is None and gate is None:
+            turn.observer = observed  # nothing to count, record or queue for
+            return
+        info = current.get()
+        record = UsageRecord(
+            created_ms=int(time.time() * 1000), key_hash=owner, api_key_id=key.id if key is not None else _configured(owner),
+            request_id=info.id if info is not None else None, route=caller.route, model=generation.model,
+            upstream=upstream.name, input_tokens=0, cached_tokens=0, output_tokens=0, reasoning_tokens=0, status="",
+            duration_ms=0,
+        )  # fmt: skip
+        meter = Meter(observed, self.limiter, None, self.usage, record)
+        if info is not None:
+            meter.started = info.arrived
+        if limits is not None:
+            try:
+                meter.admission = await self.limiter.admit(owner, limits, caller.body_bytes, generation.max_output_tokens)
+            except Refused as refused:
+                caller.headers.update(refused.headers)
+                meter.inner = None  # the metrics' observation never began: the answer is counted as any other
+                meter.end("429")
+                raise APIError(429, str(refused), type="requests" if refused.limit in ("rpm", "max_concurrent")
+                               else "tokens", code="rate_limit_exceeded") from None  # fmt: skip
+            except Exception:  # the database of the counters failed: admit, uncounted
+                log.warning("could not count a request against its key's limits; admitted uncounted", exc_info=True)
+            else:
+                caller.headers.update(meter.admission.headers())
+        if gate is not None:
+            try:
+                meter.place = await gate.acquire(owner, key.weight if key is not None else 1.0, self.queue_timeout,
+                                                 self.max_queue_per_key)  # fmt: skip
+            except Busy as busy:
+                status = caller.busy_status
+                meter.inner = None  # the metrics' observation never began: the answer is counted as any other
+                meter.end(str(status))
+                caller.headers["retry-after"] = str(max(1, round(busy.retry_after)))
+                raise APIError(status, str(busy), type="server_error" if status == 529 else "requests",
+                               code="engine_overloaded") from None  # fmt: skip
+        turn.observer = meter
+
+
+def estimate_tokens(generation: GenerationRequest) -> int:
+    """About four characters a token, over everything the prompt holds."""
+    characters = sum(len(m.text()) + len(m.reasoning or "") + sum(len(c.arguments) + len(c.name) for c in m.tool_calls)
+                     for m in generation.messages)  # fmt: skip
+    characters += sum(len(t.name) + len(t.description or "") + len(str(t.parameters or "")) for t in generation.tools)
+    return max(1, characters // 4)
+
+
+def _configured(owner: str) -> str | None:
+    """The usage report's `api_key_id` for a configured key (no id of its own): its hash's start."""
+    return f"sha256:{owner[:16]}" if owner else None
