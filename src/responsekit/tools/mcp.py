@@ -37,7 +37,8 @@ class McpServer:
         self.headers = {str(k): str(v) for k, v in (spec.get("headers") or {}).items()}
         if spec.get("authorization"):
             self.headers["Authorization"] = f"Bearer {spec['authorization']}"
-        self.allowed = _allowed(spec.get("allowed_tools"))
+        self.allowed = _names(spec.get("allowed_tools"))
+        self.denied = _names(spec.get("denied_tools")) or set()
         self.approval = spec.get("require_approval", "always")
 
     def needs_approval(self, tool: str) -> bool:
@@ -107,7 +108,8 @@ async def add_mcp_servers(
     tools: ServerTools, specs: list[tuple[int, dict[str, Any]]], history: list[dict[str, Any]], urls: UrlPolicy
 ) -> dict[str, McpServer]:
     """Offer each MCP server's tools (`specs`: the request's mcp tools with their positions in
-    `tools`, for errors); returns the servers by label (for approvals)."""
+    `tools`, for errors), those `allowed_tools` names (all when not given) less those
+    `denied_tools` names; returns the servers by label (for approvals)."""
     servers: dict[str, McpServer] = {}
     for position, spec in specs:
         server = servers[str(spec["server_label"])] = McpServer(spec)
@@ -117,7 +119,7 @@ async def add_mcp_servers(
             listing = await server.listing()
             tools.ready_items.append(listing)
         for tool in listing["tools"]:
-            if server.allowed is not None and tool["name"] not in server.allowed:
+            if (server.allowed is not None and tool["name"] not in server.allowed) or tool["name"] in server.denied:
                 continue
             origin = ToolOrigin("mcp", tool["name"], server.label, server.needs_approval(tool["name"]))
             function = FunctionTool(tool["name"], tool.get("description"), tool.get("input_schema"))
@@ -136,7 +138,8 @@ def _last_listing(history: list[dict[str, Any]], label: str) -> dict[str, Any] |
     return None
 
 
-def _allowed(spec: Any) -> set[str] | None:
+def _names(spec: Any) -> set[str] | None:
+    """Tool names given as a list or as `{"tool_names": [...]}`; None when not given."""
     if isinstance(spec, list):
         return {str(name) for name in spec}
     if isinstance(spec, dict) and isinstance(spec.get("tool_names"), list):
