@@ -20,6 +20,9 @@ into its `encrypted_content`, so a replayed turn gives it to the model again), a
 answer cites become `web_search_result_location` citations of its text block (`citations_delta`).
 A page the server fetched (the `web_fetch_*` server tool) is a `server_tool_use` block named
 `web_fetch`, then a `web_fetch_tool_result` block holding the page as a text `document`.
+A call the server made to an MCP server (the MCP connector, `connector.py`) is an `mcp_tool_use`
+block (the tool's own name, the server's name, the arguments streamed as `input_json_delta`),
+then an `mcp_tool_result` block with what the tool answered as text, `is_error` when it failed.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ...canonical.events import (
     Usage,
 )
 from ...canonical.ids import new_id
+from ...canonical.toolset import ToolOrigin
 from ...prompting.stop_texts import StopTexts
 
 log = logging.getLogger(__name__)
@@ -91,11 +95,12 @@ class MessagesRenderer:
         seal: Callable[[str], str],
         show_thinking: bool = True,
         stop_sequences: list[str] | None = None,
-        server_tools: Mapping[str, str] | None = None,
+        server_tools: Mapping[str, ToolOrigin] | None = None,
         seal_result: Callable[[str], str] | None = None,
     ) -> None:
-        """`server_tools`: the model-facing names of the web functions the server runs, and the
-        server tool each is (`web_search` or `web_fetch`);
+        """`server_tools`: the model-facing names of the tools the server runs, and what each
+        stands for (`Turn.served`: a web function, whose kind names its server tool, `web_search`
+        or `web_fetch`, or an MCP server's tool);
         `seal_result` seals a search result's text into its `encrypted_content`."""
         self.id = new_id("msg")
         self.model = model
@@ -119,7 +124,8 @@ class MessagesRenderer:
         self._server_tools = dict(server_tools or {})
         self._seal_result = seal_result or (lambda text: text)
         self._server_calls: dict[int, tuple[str, str]] = {}
-        """Canonical index of a web call of the current generation -> its block's id and server tool."""
+        """Canonical index of a server-run call of the current generation -> its block's id and
+        server tool (`web_search`, `web_fetch` or `mcp`)."""
         self._citations: dict[int, dict[str, Any]] = {}
         self._searches = 0
         self._fetches = 0
@@ -145,8 +151,14 @@ class MessagesRenderer:
             out = self._flush_text() + self._close()
             self._open_call = event.index
             self._arguments = []
-            if event.name in self._server_tools:
-                block_id, tool = new_id("srvtoolu"), self._server_tools[event.name]
+            origin = self._server_tools.get(event.name)
+            if origin is not None and origin.kind == "mcp":
+                block_id = new_id("mcptoolu")
+                self._server_calls[event.index] = (block_id, "mcp")
+                return out + self._open_block("mcp_tool_use", {"type": "mcp_tool_use", "id": block_id, "name": origin.name,
+                                                               "server_name": origin.namespace or "", "input": {}})  # fmt: skip
+            if origin is not None:
+                block_id, tool = new_id("srvtoolu"), origin.kind
                 self._server_calls[event.index] = (block_id, tool)
                 return out + self._open_block("server_tool_use", {"type": "server_tool_use", "id": block_id,
                                                                   "name": tool, "input": {}})  # fmt: skip
@@ -197,9 +209,9 @@ class MessagesRenderer:
         elif self._open == "text":
             block["text"] = "".join(self._text_parts)
             out += self._cite(index, block)
-        elif self._open in ("tool_use", "server_tool_use"):
+        elif self._open in ("tool_use", "server_tool_use", "mcp_tool_use"):
             arguments = _input(self._arguments)
-            if arguments is None:
+            if arguments is None and self._open != "mcp_tool_use":  # an MCP call's result says why it did not run
                 self._broken = Error("server_error", f"The model called `{block['name']}` with arguments that are "
                                      "not a JSON object.", 502)  # fmt: skip
             block["input"] = arguments or {}
@@ -209,8 +221,9 @@ class MessagesRenderer:
         return out
 
     def _search_result(self, result: ToolResult) -> list[dict[str, Any]]:
-        """The `web_search_tool_result` block of a search the server ran (whole, at its start), or
-        the `web_fetch_tool_result` block of a page it fetched."""
+        """The `web_search_tool_result` block of a search the server ran (whole, at its start),
+        the `web_fetch_tool_result` block of a page it fetched, or the `mcp_tool_result` block of
+        an MCP call."""
         call = self._server_calls.pop(result.index, None)
         if call is None:
             return []
@@ -219,6 +232,11 @@ class MessagesRenderer:
         data = result.data or {}
         if tool == "web_fetch":
             return out + self._fetch_result(block_id, result, data)
+        if tool == "mcp":
+            text = result.error if result.error is not None else result.output
+            block = {"type": "mcp_tool_result", "tool_use_id": block_id, "is_error": result.error is not None,
+                     "content": [{"type": "text", "text": text}]}  # fmt: skip
+            return out + self._open_block("mcp_tool_result", block) + self._close()
         self._searches += 1
         self._citations.update(data.get("citations") or {})
         content: Any

@@ -34,6 +34,7 @@ from ...canonical.errors import APIError
 from ...canonical.server_tools import FETCH, SEARCH, ServerToolSpecs, check_fetch_spec, check_spec
 from ...files.extract import ExtractionError, extract_text
 from ...orchestration.sealing import Sealer
+from .connector import MAX_MCP_CALLS, mcp_specs
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class MessageParams(BaseModel):
     thinking: dict[str, Any] | None = None
     output_config: dict[str, Any] | None = None
     context_management: dict[str, Any] | None = None
+    mcp_servers: Any = None
+    """The MCP connector's servers (`connector.py`), checked there."""
 
 
 class CreateMessage(MessageParams):
@@ -131,6 +134,11 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
     uses = [spec.get("max_uses") for spec in run]
     specs = ServerToolSpecs(web_search=web, web_fetch=fetch, forced=forced,
                             max_tool_calls=None if None in uses else sum(uses))  # fmt: skip
+    toolsets = [(position, tool) for position, tool in enumerate(body.tools or [])
+                if isinstance(tool, dict) and tool.get("type") == "mcp_toolset"]  # fmt: skip
+    specs.mcp = mcp_specs(body.mcp_servers, toolsets)
+    if specs.mcp:  # bounded, also beside a web tool without `max_uses`
+        specs.max_tool_calls = MAX_MCP_CALLS + sum(MAX_MCP_CALLS if use is None else use for use in uses)
     return Translation(generation, show, stops, specs)
 
 
@@ -174,6 +182,8 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
             continue
         if str(tool.get("type") or "").startswith("web_fetch_") and web_search and fetch is None:
             fetch = check_fetch_spec(tool, f"tools.{position}")
+            continue
+        if tool.get("type") == "mcp_toolset":  # the MCP connector's (connector.py)
             continue
         if tool.get("type") not in (None, "custom"):
             log.warning("leaving out server tool %r (%s): this server does not run it", tool.get("name"), tool["type"])
@@ -319,14 +329,16 @@ def _tool_result(block: dict[str, Any]) -> Message | None:
 
 def _assistant(blocks: list[Any], sealer: Sealer) -> list[Message]:
     """An assistant turn; a web search the server ran in it (`server_tool_use`, then its
-    `web_search_tool_result`) splits it: the call ends one assistant message, its result follows
-    as a tool message, and what the model wrote after it is the next assistant message."""
+    `web_search_tool_result`), or an MCP call (`mcp_tool_use`, then its `mcp_tool_result`), splits
+    it: the call ends one assistant message, its result follows as a tool message, and what the
+    model wrote after it is the next assistant message. An MCP call is named by its tool's own
+    name (the model knows it as `server__tool` only where two servers share a tool name)."""
     out: list[Message] = []
     parts: list[Part] = []
     reasoning: list[str] = []
     calls: list[ToolCall] = []
     searches: dict[str, ToolCall] = {}
-    """Web searches and fetches of the turn waiting for their result block (one without is left out)."""
+    """Server-run calls of the turn waiting for their result block (one without is left out)."""
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "server_tool_use" and block.get("name") == "web_search" and isinstance(block.get("id"), str):
@@ -335,11 +347,18 @@ def _assistant(blocks: list[Any], sealer: Sealer) -> list[Message]:
         elif kind == "server_tool_use" and block.get("name") == "web_fetch" and isinstance(block.get("id"), str):
             url = (block.get("input") or {}).get("url") if isinstance(block.get("input"), dict) else None
             searches[block["id"]] = ToolCall(block["id"], FETCH, json.dumps({"url": str(url or "")}, ensure_ascii=False))
-        elif kind in ("web_search_tool_result", "web_fetch_tool_result") and block.get("tool_use_id") in searches:
+        elif kind == "mcp_tool_use" and isinstance(block.get("name"), str) and isinstance(block.get("id"), str):
+            arguments = block.get("input") if isinstance(block.get("input"), dict) else {}
+            searches[block["id"]] = ToolCall(block["id"], block["name"], json.dumps(arguments, ensure_ascii=False))
+        elif kind == "mcp_tool_listing":
+            pass  # the servers are listed anew for each request
+        elif (kind in ("web_search_tool_result", "web_fetch_tool_result", "mcp_tool_result")
+              and block.get("tool_use_id") in searches):  # fmt: skip
             calls.append(searches.pop(block["tool_use_id"]))
             out.append(Message("assistant", parts, "".join(reasoning) or None, calls))
             result = (_search_results(block.get("content"), sealer) if kind == "web_search_tool_result"
-                      else _fetched(block.get("content")))  # fmt: skip
+                      else _fetched(block.get("content")) if kind == "web_fetch_tool_result"
+                      else _mcp_result(block))  # fmt: skip
             out.append(Message("tool", [TextPart(result)], tool_call_id=block["tool_use_id"]))
             parts, reasoning, calls = [], [], []
         elif kind == "text" and isinstance(block.get("text"), str):
@@ -360,7 +379,7 @@ def _assistant(blocks: list[Any], sealer: Sealer) -> list[Message]:
         else:
             log.warning("skipping an assistant block of type %r", kind)
     for call_id in searches:
-        log.warning("skipping web search %s: the turn holds no result of it", call_id)
+        log.warning("skipping server-run call %s: the turn holds no result of it", call_id)
     if parts or reasoning or calls or not out:
         out.append(Message("assistant", parts, "".join(reasoning) or None, calls))
     return out
@@ -380,6 +399,15 @@ def _search_results(content: Any, sealer: Sealer) -> str:
         text = sealer.open("web_search", sealed) if isinstance(sealed, str) and sealed else None
         blocks.append(f"[{position}] {result.get('title') or ''}\nURL: {result.get('url') or ''}" + (f"\n{text}" if text else ""))
     return "\n\n".join(blocks) or "No results."
+
+
+def _mcp_result(block: dict[str, Any]) -> str:
+    """A replayed MCP call's result as the model read it (an error after `Error: `, as the tool
+    loop gives it)."""
+    content = block.get("content")
+    parts = [{"text": content}] if isinstance(content, str) else content if isinstance(content, list) else []
+    text = "\n".join(part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return f"Error: {text}" if block.get("is_error") is True else text
 
 
 def _fetched(content: Any) -> str:

@@ -56,10 +56,9 @@ async def create_message(request: Request) -> Response:
     # `max_tokens` to the context left).
     turn = await pipeline.prepare(translation.generation, asking, translation.server_tools, count_prompt=True)
     assert turn.input_tokens is not None
-    served = {name: origin.kind for name, origin in turn.served.items()}
     renderer = MessagesRenderer(body.model, input_tokens=turn.input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking, stop_sequences=translation.stop_sequences,
-                                server_tools=served, seal_result=lambda text: sealer.seal("web_search", text))  # fmt: skip
+                                server_tools=turn.served, seal_result=lambda text: sealer.seal("web_search", text))  # fmt: skip
     headers = {CLAMPED_HEADER: str(turn.clamped)} if turn.clamped is not None else {}
     events = pipeline.events(turn, renderer.id)
     if body.stream:
