@@ -52,10 +52,11 @@ def body(**extra: Any) -> dict[str, Any]:
     return {"model": "test-model", "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}], **extra}
 
 
-def check_events(events: list[dict[str, Any]]) -> None:
-    """Each event validates against the SDK, and the sequence is Anthropic's: `message_start`
-    first; blocks one at a time, each at the next index, deltas only inside their started block;
-    then `message_delta` and `message_stop`, or one `error` event last."""
+def check_events(events: list[dict[str, Any]], adapter: TypeAdapter[Any] = EVENT) -> None:
+    """Each event validates against the SDK (`adapter`: its beta types for beta features), and
+    the sequence is Anthropic's: `message_start` first; blocks one at a time, each at the next
+    index, deltas only inside their started block; then `message_delta` and `message_stop`, or
+    one `error` event last."""
     assert events[0]["type"] == "message_start"
     assert events[0]["message"]["id"].startswith("msg_")
     assert events[0]["message"]["usage"]["input_tokens"] > 0, "real input usage at start"
@@ -70,7 +71,7 @@ def check_events(events: list[dict[str, Any]]) -> None:
             if event["error"]["type"] != "request_too_large":
                 ErrorResponse.model_validate(event, strict=True)
             return
-        EVENT.validate_python(event, strict=True)
+        adapter.validate_python(event, strict=True)
         if kind == "content_block_start":
             assert open_block is None and event["index"] == started, "blocks run 0, 1, 2… one at a time"
             open_block = started
@@ -113,14 +114,15 @@ def fold(events: list[dict[str, Any]]) -> dict[str, Any]:
     return message
 
 
-def stream(url: str, request: dict[str, Any], path: str = "/v1/messages", **options: Any) -> list[dict[str, Any]]:
+def stream(url: str, request: dict[str, Any], path: str = "/v1/messages", adapter: TypeAdapter[Any] = EVENT,
+           **options: Any) -> list[dict[str, Any]]:  # fmt: skip
     with httpx.stream("POST", f"{url}{path}", json={**request, "stream": True}, headers=HEADERS, timeout=30,
                       **options) as answer:  # fmt: skip
         assert answer.status_code == 200, answer.read()
         assert answer.headers["content-type"].startswith("text/event-stream")
         events, done = read_sse(answer.iter_lines())
     assert not done, "no [DONE] in Anthropic's stream"
-    check_events(events)
+    check_events(events, adapter)
     return events
 
 
