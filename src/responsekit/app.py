@@ -17,6 +17,7 @@ from .api import metrics as metrics_api
 from .api import vector_stores as vector_stores_api
 from .api.auth import Keys, key_hash
 from .api.chat import routes as chat
+from .api.gemini import routes as gemini
 from .api.http import JSONResponse, install_error_handlers
 from .api.messages import routes as messages
 from .api.request_ids import RequestIds
@@ -142,6 +143,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(frontend, prefix="/v1")
         # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
         app.include_router(frontend, include_in_schema=False)
+    app.include_router(gemini.router)  # Google's Gemini API, under /v1beta (and /v1, /v1alpha) itself
     app.include_router(models.health)
     app.include_router(front.router)  # `/`: what runs here, how to connect
     app.include_router(reference.router)  # `/docs`

@@ -52,12 +52,20 @@ class Keys:
         return key is not None and key.usable(time.time())
 
 
+GOOGLE_KEY_PATHS = ("/v1beta/", "/v1alpha/", "/v1/models", "/v1/v1beta/", "/v1/v1/models")
+"""Where Google's clients send their key as `x-goog-api-key` or `?key=` (the Gemini API)."""
+
+
 def bearer(connection: HTTPConnection) -> str:
-    """The key a request carries: `Authorization: Bearer`, or `x-api-key` (Anthropic's clients send it there)."""
+    """The key a request carries: `Authorization: Bearer`, `x-api-key` (Anthropic's clients send it
+    there), or on the Gemini API's paths `x-goog-api-key` or the `key` query parameter (Google's)."""
     scheme, _, token = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer":
         token = ""
-    return token.strip() or connection.headers.get("x-api-key", "").strip()
+    token = token.strip() or connection.headers.get("x-api-key", "").strip()
+    if token or not connection.url.path.startswith(GOOGLE_KEY_PATHS):
+        return token
+    return connection.headers.get("x-goog-api-key", "").strip() or connection.query_params.get("key", "").strip()
 
 
 def _missing() -> APIError:

@@ -114,7 +114,8 @@ _error_bodies: list[tuple[tuple[str, ...], ErrorBody]] = []
 def error_envelope(*prefixes: str) -> Callable[[ErrorBody], ErrorBody]:
     """Errors on paths under `prefixes` (before a stream starts: bad bodies, keys, unknown
     models, 404s) are rendered by the decorated function instead of OpenAI's envelope
-    (the Messages API answers in Anthropic's)."""
+    (the Messages API answers in Anthropic's, the Gemini API in Google's). A prefix ending in
+    `/` covers the paths below it, not the path without it."""
 
     def register(body: ErrorBody) -> ErrorBody:
         _error_bodies.append((prefixes, body))
@@ -126,7 +127,7 @@ def error_envelope(*prefixes: str) -> Callable[[ErrorBody], ErrorBody]:
 def _error_response(request: Request, status: int, body: dict[str, Any], headers: Any = None) -> JSONResponse:
     path = request.url.path
     for prefixes, render in _error_bodies:
-        if any(path == prefix or path.startswith(prefix + "/") for prefix in prefixes):
+        if any(path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/") for prefix in prefixes):
             body = render(status, body["error"]["message"])
             break
     return JSONResponse(body, status_code=status, headers=headers)

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from .auth import Owner
+from .gemini.models import asks_google, model_page
 
 api = APIRouter()
 health = APIRouter()
@@ -14,8 +15,12 @@ health = APIRouter()
 
 @api.get("/models")
 async def list_models(request: Request, owner: Owner) -> dict[str, Any]:
-    """OpenAI's list, or Anthropic's when the request carries `anthropic-version` (Claude Code's
-    gateway model discovery)."""
+    """OpenAI's list, Anthropic's when the request carries `anthropic-version` (Claude Code's
+    gateway model discovery), Google's for its clients (the Gemini SDKs with `api_version="v1"`)."""
+    if asks_google(request):
+        page_size = request.query_params.get("pageSize", "")
+        return await model_page(request, int(page_size) if page_size.isdigit() else None,
+                                request.query_params.get("pageToken"))  # fmt: skip
     models = request.app.state.router.list_models()
     key = getattr(request.state, "api_key", None)
     if key is not None and key.models is not None:  # a key limited to some models sees those only
