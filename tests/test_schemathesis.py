@@ -50,6 +50,9 @@ def test_generated_requests_get_no_server_error(api_url: str, case: schemathesis
     if response.status_code >= 400 and response.headers.get("content-type", [""])[0].startswith("application/json"):
         if case.path.startswith("/v1/messages"):  # Anthropic's envelope on its API
             assert response.json()["type"] == "error" and set(response.json()["error"]) == {"type", "message"}
+        elif case.path.startswith("/v1beta/"):  # Google's on the Gemini API
+            error = response.json()["error"]
+            assert set(error) == {"code", "message", "status"} and error["code"] == response.status_code
         else:
             assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
@@ -57,7 +60,8 @@ def test_generated_requests_get_no_server_error(api_url: str, case: schemathesis
 def test_openapi_documents_the_bodies_read_by_hand(api_url: str) -> None:
     paths = httpx.get(f"{api_url}/openapi.json").json()["paths"]
     for path in ("/v1/responses", "/v1/chat/completions", "/v1/conversations", "/v1/responses/compact",
-                 "/v1/messages", "/v1/messages/count_tokens"):
+                 "/v1/messages", "/v1/messages/count_tokens", "/v1beta/models/{model}:generateContent",
+                 "/v1beta/models/{model}:streamGenerateContent", "/v1beta/models/{model}:countTokens"):
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        assert "model" in body["properties"] or "items" in body["properties"]
+        assert {"model", "items", "contents"} & set(body["properties"])
     assert httpx.get(f"{api_url}/health").status_code == 200, "the server is still up"
