@@ -217,7 +217,7 @@ def _declaration(declaration: Any, param: str) -> FunctionTool:
     if schema is not None:
         if not isinstance(schema, dict):
             raise invalid("`parametersJsonSchema` must be a JSON Schema object.", f"{param}.parametersJsonSchema")
-        parameters = schema
+        parameters = lower_types(schema)
     elif (given := declaration.get("parameters")) is not None:
         parameters = json_schema(given, f"{param}.parameters")
     else:
@@ -333,6 +333,26 @@ def json_schema(schema: Any, param: str) -> dict[str, Any]:
     return out
 
 
+def lower_types(schema: Any) -> Any:
+    """A JSON Schema with Google's upper-case `type` names (`OBJECT`) in lower case, as Google's API
+    reads them (Gemini CLI's routing request sends `responseJsonSchema` so); the rest as given."""
+    if isinstance(schema, list):
+        return [lower_types(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "type" and isinstance(value, str) and value.lower() in SCHEMA_TYPES:
+            out[key] = value.lower()
+        elif key == "type" and isinstance(value, list):
+            out[key] = [kind.lower() if isinstance(kind, str) and kind.lower() in SCHEMA_TYPES else kind for kind in value]
+        elif key in ("enum", "const", "default", "examples", "example"):
+            out[key] = value  # values, not schemas
+        else:
+            out[key] = lower_types(value)
+    return out
+
+
 def _schema_type(value: Any, param: str) -> str | list[str] | None:
     if isinstance(value, list):
         kinds = [_schema_type(kind, param) for kind in value]
@@ -376,7 +396,7 @@ def _response_format(config: GenerationConfig) -> dict[str, Any] | None:
     """`responseMimeType: application/json` with `responseJsonSchema` or `responseSchema` as a
     JSON schema answer, without either as any JSON object; `text/plain` as text."""
     mime = (config.response_mime_type or "text/plain").lower()
-    schema = config.response_json_schema
+    schema = lower_types(config.response_json_schema) if config.response_json_schema is not None else None
     if schema is None and config.response_schema is not None:
         schema = json_schema(config.response_schema, "generationConfig.responseSchema")
     if mime == "application/json":
