@@ -733,6 +733,10 @@ def test_count_tokens_is_exact_on_an_in_process_model(engine_server):
     assert 0 < plain.total_tokens < count
     response = generate(engine_server.url, {**request, "generationConfig": {"maxOutputTokens": 3}}, model).json()
     assert check_response(response).usage_metadata.prompt_token_count == count
+    with httpx.stream("POST", f"{engine_server.url}{path('streamGenerateContent', model)}", params={"alt": "sse"},
+                      json={**request, "generationConfig": {"maxOutputTokens": 64000}}, timeout=60) as clamped:  # fmt: skip
+        assert 0 < int(clamped.headers["x-responsekit-max-tokens-clamped"]) < 4096, "more than the context leaves"
+        # (leaving now stops the generation)
 
 
 def test_count_tokens_elsewhere(server):
