@@ -22,6 +22,7 @@ from ..operations import logs
 from ..orchestration.sealing import rotate_keys
 from . import connect_claude as claude_setup
 from . import connect_codex as codex_setup
+from . import connect_gemini as gemini_setup
 
 if TYPE_CHECKING:
     from ..store.api_keys import ApiKey, KeyTable
@@ -263,6 +264,50 @@ def connect_claude(
     claude_home.mkdir(parents=True, exist_ok=True)
     settings_path.write_text(document)
     typer.echo(f"wrote {settings_path}")
+
+
+@connect.command("gemini")
+def connect_gemini(
+    url: Annotated[str, typer.Option(help="ResponseKit's base URL (with or without /v1).")] = "http://127.0.0.1:8400",
+    model: Annotated[str | None, typer.Option(help="Gemini CLI's model (default: the first served).")] = None,
+    api_key: Annotated[
+        str, typer.Option(help="The API key Gemini CLI sends (any value when the server takes no keys).")
+    ] = "unused",
+    gemini_dir: Annotated[
+        Path | None,
+        typer.Option(help="Gemini CLI's directory, where --write merges settings.json and .env "
+                     "(default: ~/.gemini, $GEMINI_CLI_HOME/.gemini when set).", show_default=False),
+    ] = None,
+    write: Annotated[
+        bool, typer.Option("--write", help="Merge it into settings.json and .env instead of printing.")
+    ] = False,
+) -> None:
+    """The environment and settings.json entries that point Gemini CLI at ResponseKit's models."""
+    root = gemini_setup.root_url(url)
+    try:
+        models = codex_setup.served_models(f"{root}/v1", api_key)
+    except Exception as exc:  # noqa: BLE001
+        raise typer.BadParameter(f"cannot list the models of {root}/v1: {exc}") from None
+    if not models:
+        raise typer.BadParameter(f"{root}/v1 serves no model yet")
+    chosen = model or models[0]
+    env = gemini_setup.gemini_env(root, api_key, chosen)
+    settings = gemini_setup.gemini_settings(chosen)
+    if not write:
+        typer.echo(gemini_setup.printed(env, settings))
+        return
+    directory = gemini_dir or gemini_setup.gemini_dir()
+    settings_path, env_path = directory / "settings.json", directory / ".env"
+    try:
+        document = gemini_setup.settings_document(settings_path.read_text() if settings_path.exists() else "", settings)
+    except (ValueError, TypeError) as exc:  # not JSON (comments too), or not the shape settings.json has
+        raise typer.BadParameter(f"{settings_path}: {exc}") from None
+    directory.mkdir(parents=True, exist_ok=True)
+    settings_path.write_text(document)
+    if not env_path.exists():
+        env_path.touch(mode=0o600)  # it holds the key
+    env_path.write_text(gemini_setup.env_document(env_path.read_text() if env_path.exists() else "", env))
+    typer.echo(f"wrote {settings_path} and {env_path}")
 
 
 keys = typer.Typer(no_args_is_help=True, help="Keys that seal reasoning and compaction blobs.")
