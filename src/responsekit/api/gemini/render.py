@@ -149,7 +149,8 @@ class GeminiRenderer:
         if sign and self._reasoning:
             part["thoughtSignature"] = self._seal("".join(self._reasoning))
             self._reasoning = []
-        self._output_chars += len(part.get("text") or "")
+        if not part.get("thought"):  # thoughts are counted as they come, shown or not
+            self._output_chars += len(part.get("text") or "")
         self._fold(part)
         return [self._chunk({"content": {"parts": [part], "role": "model"}, "index": 0})]
 
