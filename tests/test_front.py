@@ -1,8 +1,8 @@
 """The front door at `/` and the playground at `/ui/playground`, on the real server.
 
 `/` answers an API client (Claude Code sends `HEAD /` first) with a small JSON description and a
-browser with a page: what runs, how to connect Codex and Claude Code, where the inspector, the
-playground and the API reference are. The playground is driven in Debian's Chromium through
+browser with a page: what runs, how to connect Codex, Claude Code and Gemini CLI, where the
+inspector, the playground and the API reference are. The playground is driven in Debian's Chromium through
 Playwright, like the inspector (tests/test_ui.py), against the scripted engine and, once, the
 real in-process Gemma 3 270M.
 """
@@ -85,6 +85,10 @@ def test_the_description_holds_no_secret(upstream, settings):
             f'responsekit connect claude --url {url} --api-key "$RESPONSEKIT_API_KEY" --write'
             in html.replace("&#34;", '"')
         )
+        assert (
+            f'responsekit connect gemini --url {url} --api-key "$RESPONSEKIT_API_KEY" --write'
+            in html.replace("&#34;", '"')
+        )
 
 
 
@@ -135,11 +139,20 @@ def test_a_browser_gets_the_front_page(upstream, settings, page):  # noqa: F811
             page.locator("#connect-claude").inner_text()
             == f"responsekit connect claude --url {url} --write"
         )
+        assert (
+            page.locator("#connect-gemini").inner_text()
+            == f"responsekit connect gemini --url {url} --write"
+        )
         page.context.grant_permissions(["clipboard-read", "clipboard-write"])
         page.click("button[data-copy=connect-claude]")
         assert (
             page.evaluate("navigator.clipboard.readText()")
             == f"responsekit connect claude --url {url} --write"
+        )
+        page.click("button[data-copy=connect-gemini]")
+        assert (
+            page.evaluate("navigator.clipboard.readText()")
+            == f"responsekit connect gemini --url {url} --write"
         )
         assert (
             page.locator("a[href$='/docs']").count() == 1

@@ -1,7 +1,7 @@
-"""`/`: the front door. A browser gets a page saying what runs here and how to connect Codex and
-Claude Code to it; an API client (no `text/html` in `Accept`) gets the same facts as a small JSON
-object, also to `HEAD /`, which clients send to see that a server answers (Claude Code's warm-up
-is `HEAD /api/hello`, answered the same).
+"""`/`: the front door. A browser gets a page saying what runs here and how to connect Codex,
+Claude Code and Gemini CLI to it; an API client (no `text/html` in `Accept`) gets the same facts
+as a small JSON object, also to `HEAD /`, which clients send to see that a server answers (Claude
+Code's warm-up is `HEAD /api/hello`, answered the same).
 
 The facts are the router's `/health` ones (`ModelRouter.health`, `list_models`), less what only
 an operator needs (engine addresses, GGUF paths): nothing here is secret or owner-specific, so
@@ -89,7 +89,9 @@ def connect_commands(facts: dict[str, Any]) -> dict[str, str]:
     root = facts["links"]["api"].removesuffix("/v1")
     codex = f"responsekit connect codex --url {root}/v1 --write"
     claude = f"responsekit connect claude --url {root} --write"
+    gemini = f"responsekit connect gemini --url {root} --write"
     if facts["api_keys_required"]:
         codex = f"responsekit connect codex --url {root}/v1 --api-key-env {KEY_VARIABLE} --write"
         claude = f'responsekit connect claude --url {root} --api-key "${KEY_VARIABLE}" --write'
-    return {"codex": codex, "claude": claude}
+        gemini = f'responsekit connect gemini --url {root} --api-key "${KEY_VARIABLE}" --write'
+    return {"codex": codex, "claude": claude, "gemini": gemini}
