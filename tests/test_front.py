@@ -2,9 +2,9 @@
 
 `/` answers an API client (Claude Code sends `HEAD /` first) with a small JSON description and a
 browser with a page: what runs, how to connect Codex, Claude Code and Gemini CLI, where the
-inspector, the playground and the API reference are. The playground is driven in Debian's Chromium through
-Playwright, like the inspector (tests/test_ui.py), against the scripted engine and, once, the
-real in-process Gemma 3 270M.
+inspector, the playground and the API reference are. The playground is driven in Debian's
+Chromium through Playwright, like the inspector (tests/test_ui.py), against the scripted engine
+and, once, the real in-process Gemma 3 270M.
 """
 
 from __future__ import annotations
