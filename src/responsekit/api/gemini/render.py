@@ -14,9 +14,12 @@ history, as Gemini CLI does, still sends the reasoning back.
 
 Web searches and page reads the server runs (`googleSearch`, `urlContext`) stay out of the
 parts, as Gemini's own do: what they found is in `groundingMetadata` (the queries, each source
-as a `groundingChunks` entry, and each `[n]` the answer cites as a `groundingSupports` entry
-whose segment is the claim before it, in UTF-8 byte offsets as Google counts them) and
-`urlContextMetadata` (each page read and whether it could be).
+as a `groundingChunks` entry, and each claim the answer cites as a `groundingSupports` entry, in
+UTF-8 byte offsets as Google counts them) and `urlContextMetadata` (each page read and whether it
+could be). As in Gemini's answers, the text carries no citation marks: the `[n]` the model writes
+after a claim (naming a source it read) is taken out of the text as it streams (a possible mark's
+start held back until the next piece) and becomes the support of the claim before it, which
+clients mark themselves (Gemini CLI writes `[n]` at each support's end and lists the sources).
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DE
             504: "DEADLINE_EXCEEDED"}  # fmt: skip
 """HTTP status -> Google's `status` (google.rpc.Code); other 4xx are INVALID_ARGUMENT, other 5xx UNAVAILABLE."""
 
-_CITED = re.compile(r"(?:\[\d{1,4}\])+")
-_NUMBER = re.compile(r"\[(\d{1,4})\]")
+_MARK = re.compile(r"[ \t]*\[(\d{1,4})\]")
+"""A citation mark, with the spaces before it."""
+_HELD = re.compile(r"[ \t]*(?:\[\d{0,4})?$")
+"""The end of a piece of text that may be the start of a mark."""
 _CLAIM_START = re.compile(r"(?:[.!?]\s+|\n+)")
 
 
@@ -88,6 +93,13 @@ class GeminiRenderer:
         self._reasoning: list[str] = []
         """The reasoning since the last part that carried a signature."""
         self._text: list[str] = []
+        """The answer's text as sent (without the citation marks taken out)."""
+        self._sent_chars = 0
+        self._cites = "web_search" in self._server_tools.values()
+        """Whether the model may cite search results as `[n]` (taken out of the text)."""
+        self._held = ""
+        self._marks: list[tuple[int, list[int]]] = []
+        """Where marks were taken out of the text (a character offset) and the sources each named."""
         self._calls: dict[int, tuple[str, str, list[str]]] = {}
         self._hidden: dict[int, str] = {}
         """Server-run calls of the current generation: canonical index -> the tool it is."""
@@ -104,10 +116,11 @@ class GeminiRenderer:
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
         if isinstance(event, (TextDelta, RefusalDelta)):
-            if not event.text:
-                return []
-            self._text.append(event.text)
-            return self._emit({"text": event.text})
+            return self._answer(event.text)
+        out = self._release() if self._held else []
+        return out + self._other(event)
+
+    def _other(self, event: Event) -> list[dict[str, Any]]:
         if isinstance(event, ReasoningDelta):
             if not event.text:
                 return []
@@ -143,6 +156,47 @@ class GeminiRenderer:
         return []
 
     # --- parts -------------------------------------------------------------------------------
+
+    def _answer(self, text: str) -> list[dict[str, Any]]:
+        """A piece of the answer, its citation marks taken out when the model read search results."""
+        if self._cites:
+            text = self._held + text
+            held = _HELD.search(text)
+            assert held is not None  # the pattern matches the empty end of any text
+            self._held = text[held.start():]
+            text = self._unmarked(text[: held.start()])
+        return self._sent(text)
+
+    def _release(self) -> list[dict[str, Any]]:
+        """Text held back as a possible mark's start, once something else comes."""
+        text, self._held = self._held, ""
+        return self._sent(self._unmarked(text))
+
+    def _sent(self, text: str) -> list[dict[str, Any]]:
+        if not text:
+            return []
+        self._text.append(text)
+        self._sent_chars += len(text)
+        return self._emit({"text": text})
+
+    def _unmarked(self, text: str) -> str:
+        """`text` without the marks naming sources the model read, each noted where it was."""
+        kept: list[str] = []
+        last = length = 0
+        for mark in _MARK.finditer(text):
+            number = int(mark.group(1))
+            if number not in self._sources:
+                continue
+            kept.append(text[last: mark.start()])
+            length += mark.start() - last
+            last = mark.end()
+            at = self._sent_chars + length
+            if self._marks and self._marks[-1][0] == at:
+                self._marks[-1][1].append(number)
+            else:
+                self._marks.append((at, [number]))
+        kept.append(text[last:])
+        return "".join(kept)
 
     def _emit(self, part: dict[str, Any], *, sign: bool = True) -> list[dict[str, Any]]:
         """One chunk holding `part`, signed with the reasoning before it; folded into the answer."""
@@ -226,22 +280,21 @@ class GeminiRenderer:
 
     def _grounding(self) -> dict[str, Any]:
         """The queries, the sources (`groundingChunks`, in the order the model numbered them) and the
-        claims citing them (`groundingSupports`)."""
+        claims citing them (`groundingSupports`: from the sentence's start to where the marks were)."""
         numbers = sorted(self._sources)
         position = {number: index for index, number in enumerate(numbers)}
         supports = []
         text = "".join(self._text)
         start = 0
-        for cited in _CITED.finditer(text):
-            indices = sorted({position[n] for n in map(int, _NUMBER.findall(cited.group())) if n in position})
-            claim_from = max([start, *(m.end() for m in _CLAIM_START.finditer(text, start, cited.start()))])
-            start = cited.end()
-            if not indices:
+        for at, cited in self._marks:
+            claim_from = max([start, *(m.end() for m in _CLAIM_START.finditer(text, start, at))])
+            start = at
+            claim = text[claim_from:at].lstrip()
+            if not claim:
                 continue
-            claim = text[claim_from: cited.end()]
-            begin = len(text[:claim_from].encode())
+            begin = len(text[: at - len(claim)].encode())
             supports.append({"segment": {"startIndex": begin, "endIndex": begin + len(claim.encode()), "text": claim},
-                             "groundingChunkIndices": indices})  # fmt: skip
+                             "groundingChunkIndices": sorted({position[n] for n in cited})})  # fmt: skip
         return {"webSearchQueries": self._queries, "groundingChunks": [{"web": self._sources[n]} for n in numbers],
                 "groundingSupports": supports}  # fmt: skip
 
