@@ -449,6 +449,21 @@ def test_the_request_reaches_the_engine_translated(server, caplog):
     assert "leaving out the codeExecution tool" in caplog.text and "skipping content 5" in caplog.text
 
 
+def test_an_image_never_breaks_a_text_only_model(server):
+    """An inlineData image goes through the attachments path: a model that refuses images gets a
+    note in its place, on this turn and on every replay of it."""
+    server.upstream.refuses_images = True
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode()
+    turn = {"role": "user", "parts": [{"text": "What is this?"}, {"inlineData": {"mimeType": "image/png", "data": png}}]}
+    server.upstream.push(text_exchange("I cannot see images."), text_exchange("Still text."))
+    first = generate(server.url, {"contents": [turn]})
+    assert first.status_code == 200 and check_response(first.json()).text == "I cannot see images."
+    history = [turn, first.json()["candidates"][0]["content"], body("And now?")["contents"][0]]
+    assert generate(server.url, {"contents": history}).status_code == 200
+    user = server.upstream.requests[-1]["messages"][0]["content"]
+    assert "reads text only" in json.dumps(user) and "image_url" not in json.dumps(user)
+
+
 @pytest.mark.parametrize(("config", "offered", "expected"), [
     ({"mode": "AUTO"}, ["get_weather", "get_time"], "auto"),
     ({"mode": "none"}, [], None),  # no tools sent at all
