@@ -206,8 +206,9 @@ def default_model(gemma_gguf: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def small_model_home(tmp_path: Path, url: str, plan: str) -> tuple[Path, Path, Path]:
-    """connect gemini's setup, plus one tool, a short answer (`maxOutputTokens` set through
-    Gemini CLI's model config), the hook, and the short system prompt in `$HOME/system.md`."""
+    """connect gemini's setup, plus one tool, a short greedy answer (`maxOutputTokens` and
+    `temperature` set through Gemini CLI's model config: it asks for 1 by default), the hook, and
+    the short system prompt in `$HOME/system.md`."""
     home, work = setup_home(tmp_path, url)
     hook, turns = tmp_path / "tool_choice_hook.py", tmp_path / "turns.txt"
     hook.write_text(HOOK)
@@ -216,7 +217,8 @@ def small_model_home(tmp_path: Path, url: str, plan: str) -> tuple[Path, Path, P
     settings = json.loads(settings_path.read_text())
     settings["tools"] = {"core": ["read_file"]}
     settings["modelConfigs"]["customOverrides"].append(
-        {"match": {"model": DEFAULT_MODEL_NAME}, "modelConfig": {"generateContentConfig": {"maxOutputTokens": 24}}})
+        {"match": {"model": DEFAULT_MODEL_NAME},
+         "modelConfig": {"generateContentConfig": {"maxOutputTokens": 24, "temperature": 0}}})  # fmt: skip
     settings["hooks"] = {"BeforeToolSelection": [{"matcher": "*", "hooks": [
         {"type": "command", "command": f"{sys.executable} {hook} {turns} {plan}", "name": "tool-choice"}]}]}  # fmt: skip
     settings_path.write_text(json.dumps(settings))
