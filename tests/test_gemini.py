@@ -134,10 +134,16 @@ def test_the_sdk_types_refuse_unknown_keys():
 
 
 def read_sse(answer: httpx.Response) -> list[dict[str, Any]]:
-    """An `alt=sse` body: `data:` lines only (the SDKs take any other line for an error body)."""
+    """An `alt=sse` body: `data:` lines only, but for an error ending the stream, which is bare JSON
+    as Google's API sends it (the SDKs raise on it, and take a `data:` line for a response)."""
     chunks = []
     for line in answer.iter_lines():
-        if line:
+        if chunks and "error" in chunks[-1]:
+            assert not line, f"a line after the error: {line!r}"
+        elif line.startswith("{"):
+            chunks.append(json.loads(line))
+            assert list(chunks[-1]) == ["error"], f"a bare line that is not an error: {line!r}"
+        elif line:
             assert line.startswith("data: ") and not line.startswith("data: [DONE]"), f"unexpected line {line!r}"
             chunks.append(json.loads(line[6:]))
     return chunks

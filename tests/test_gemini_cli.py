@@ -112,6 +112,23 @@ def test_gemini_cli_answers_set_up_by_connect_gemini(server, tmp_path):
     assert settings["ui"] == {"hideTips": True}, "the user's own settings were kept"
 
 
+def test_gemini_cli_shows_the_engine_refusal(server, tmp_path):
+    """A prompt the engine's context cannot hold: the stream has started (its headers go out at once,
+    so Gemini CLI does not give up on a long prefill), and the refusal ends it as Google's bare error
+    object, which Gemini CLI reports, rather than a stream that ends without a finish reason."""
+    message = "the request exceeds the available context size, try increasing it"
+    server.upstream.responder = lambda body: {
+        "status": 400, "error_body": json.dumps({"error": {"message": message, "type": "exceed_context_size_error"}})}
+    home, work = setup_home(tmp_path, server.url)
+    clean = {name: value for name, value in os.environ.items() if not name.startswith(("GEMINI_", "GOOGLE_"))}
+    done = subprocess.run([str(GEMINI), "--skip-trust", "-p", "Say hello"], cwd=work, env={**clean, "HOME": str(home)},
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and message in output, output[-3000:]
+    assert "without a finish reason" not in output
+    assert len(server.upstream.requests) == 1, "a 400 is not retried"
+
+
 @pytest.mark.parametrize(("tool", "args"), [("read_file", ()), ("run_shell_command", ("--yolo",))],
                          ids=["read_file", "run_shell_command-yolo"])  # fmt: skip
 def test_gemini_cli_runs_its_own_tool_and_sends_the_result_back(server, tmp_path, tool, args):

@@ -17,9 +17,9 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def event_stream(frames: AsyncIterator[bytes], *, heartbeat: bytes | None = None,
-                 headers: dict[str, str] | None = None) -> StreamingResponse:
+                 headers: dict[str, str] | None = None, start_at_once: bool = False) -> StreamingResponse:
     return EventStreamResponse(frames, heartbeat=heartbeat, media_type="text/event-stream",
-                               headers={**SSE_HEADERS, **(headers or {})})
+                               headers={**SSE_HEADERS, **(headers or {})}, start_at_once=start_at_once)
 
 
 COALESCE_LIMIT = 1 << 16
@@ -45,12 +45,18 @@ class EventStreamResponse(StreamingResponse):
 
     A `heartbeat` frame (Anthropic's `ping`) is sent whenever the stream has been silent for
     `HEARTBEAT_SECONDS` after it started, between frames; one timer a period, nothing per frame.
+
+    The status and headers go out with the first frames, or at once with `start_at_once`: for a
+    protocol whose first frame waits for the model's first token (Gemini's), where a client gives up
+    on headers that take longer than a long prompt's prefill (Gemini CLI: 60 s).
     """
 
-    def __init__(self, frames: AsyncIterator[bytes], *, heartbeat: bytes | None = None, **options: Any) -> None:
+    def __init__(self, frames: AsyncIterator[bytes], *, heartbeat: bytes | None = None, start_at_once: bool = False,
+                 **options: Any) -> None:  # fmt: skip
         super().__init__(frames, **options)
         self._frames = frames
         self._heartbeat = heartbeat
+        self._start_at_once = start_at_once
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -102,6 +108,9 @@ class EventStreamResponse(StreamingResponse):
         if self._heartbeat is not None:
             timer = loop.call_later(HEARTBEAT_SECONDS, tick)
         try:
+            if self._start_at_once:
+                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                started = True
             while True:
                 if not batch and not finished:
                     ready = loop.create_future()
