@@ -7,17 +7,38 @@ wander: Valgrind's callgrind counts every one a process executes, the same for t
 whatever else the machine does (https://valgrind.org/docs/manual/cl-manual.html).
 
 Two ResponseKit processes run under callgrind on `bench/fake_engine.py` (it answers at once:
-the gateway's own work is all there is): this tree as configured by default, and a variant: by
+the gateway's own work is all there is): this tree as configured by default (`--revision REV`:
+the code of REV, so that edits in progress in the working tree stay out), and a variant: by
 default this tree with `RESPONSEKIT_RECORD_USAGE=false`, with `--compare-with REV` the code of
-git revision REV. For each route, streamed and not, each gets the same warm-up, then its counts are
-zeroed (`callgrind_control --zero`), it serves `--requests` requests at concurrency 4, is left
-`--settle` seconds for the writes those leave behind (usage records, stored responses), and its
-counts are dumped: the instructions of every thread of the process, divided by the requests.
+git revision REV. For each route, streamed and not, each gets the same warm-up (`--warmup`
+requests, then `--settle` seconds), then its counts are dumped and thrown away, it serves
+`--requests` requests at concurrency 4, is left `--settle` seconds for the writes those leave
+behind (usage records, stored responses), and its counts are dumped again: the instructions of
+every thread of the process since the first dump (the dump's `summary:`), divided by the requests.
+Every cell is measured warm, the first as the others: 30 requests of warm-up are more than the
+first requests' one-time work needs (the first cell, 10 requests of `/v1/responses` streamed
+after its 30, counted 3.94 M instructions a request, and measured again after 260 more requests
+on every route 3.97 and 4.01 M: the background's share moving between cells, no warm-up cost).
+
+Why a dump, not `callgrind_control --zero`, and `summary:`, not `totals:`: callgrind charges
+the instructions of the PLT stubs a call goes through (`--skip-plt=yes`, its default; pyenv's
+libpython3.11.so makes two of its three calls through them, `_Py_Dealloc` the most) to the
+caller's "skipped" cost, which `--zero` leaves as it is. The next dump writes it out with the
+caller's lines, so its `totals:` (the sum of its lines) holds instructions from before the zero:
+from the process's start, for the first cell measured. `--compare-with cf119c3 --requests 10`
+read 10.3 and 9.7 M instructions a request there (`/v1/responses` streamed), for 4.0 and 3.8 M
+executed (and 4.7 and 4.5 M stored); the later cells, 0.13–0.19 M a request too many (their
+warm-up's). `summary:` counts the instructions since the last dump (or zero) in every thread;
+after a dump instead of a zero the lines add up to it, so the dumps `--keep` keeps can be read
+function by function (`callgrind_annotate`; `--python-functions`: by Python function).
 
 Under callgrind a process runs some 50 times slower, so a background task that runs once a
 second (the usage ledger's write) has about 15 requests' records to write instead of a thousand:
 its fixed cost per write weighs more per request here than at full speed, and the figure for
-usage recording is an upper bound.
+usage recording is an upper bound. For the same reason a cell counts `--settle` seconds and more
+of the process's background work (timers, the sweep of background runs: about 0.7 M instructions a
+second, idle), shared by its requests: about 0.3 M a request in a cell of 10 requests, 0.015 M in
+one of 200. Compare cells with the same `--requests`, 100 or more.
 
 Run: `.venv/bin/python bench/instructions.py` (Valgrind must be installed: Debian's
 `valgrind`); prints a Markdown section for bench/RESULTS.md.
@@ -28,6 +49,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -38,6 +61,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import pyframes
 from gateway import (
     MODEL,
     chat_target,
@@ -77,16 +101,23 @@ async def load(target: Target, requests: int, stream: bool) -> None:
         await asyncio.gather(*(worker() for _ in range(4)))
 
 
-def counted(pid: int, out: Path) -> int:
-    """Dump the process's counts so far and read their total (`callgrind_control --dump`)."""
-    before = set(out.parent.glob(f"{out.name}*"))
+def dumped(pid: int, out: Path, keep: Path | None = None) -> int:
+    """Dump the process's counts since its last dump (`callgrind_control --dump`), which starts
+    the next count afresh, and read the instructions the dump counted: its `summary:` (see the
+    module's docstring for why not `totals:`). With `keep`, the dump is moved there."""
+    before = set(out.parent.glob(f"{out.name}.*"))
     subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, capture_output=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        for dump in set(out.parent.glob(f"{out.name}*")) - before:
-            for line in dump.read_text(errors="replace").splitlines():
-                if line.startswith("totals:"):
-                    return int(line.split()[1])
+        for dump in set(out.parent.glob(f"{out.name}.*")) - before:
+            text = dump.read_text(errors="replace")
+            if "\ntotals:" in text:  # the dump's last line: it is complete
+                summary = int(text.split("\nsummary:", 1)[1].split()[0])
+                if keep:
+                    shutil.move(dump, keep)
+                else:
+                    dump.unlink()
+                return summary
         time.sleep(0.5)
     raise RuntimeError(f"no dump of {pid} appeared")
 
@@ -99,10 +130,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30, help="unmeasured requests before each measurement")
     parser.add_argument("--settle", type=float, default=2.5,
                         help="seconds left after the requests for the writes they leave behind")
+    parser.add_argument("--revision", metavar="REV",
+                        help="measure the code of this git revision as 'this tree' (default: the working tree)")
+    parser.add_argument("--keep", metavar="DIR", type=Path,
+                        help="keep each cell's callgrind dump in DIR (for callgrind_annotate)")
+    parser.add_argument("--python-functions", action="store_true",
+                        help="with --keep: count by Python function too (bench/pyframes.py; its hook adds 6-8%%)")
     args = parser.parse_args()
+    if args.python_functions and not args.keep:
+        parser.error("--python-functions needs --keep DIR")
     if shutil.which("callgrind_control") is None:
         sys.exit("Valgrind is not installed (Debian: apt-get install valgrind)")
     other = args.compare_with or "RESPONSEKIT_RECORD_USAGE=false"
+    this_name = "this tree"
+    if args.revision:  # named by its commit: HEAD or a branch moves
+        this_name = subprocess.run(["git", "rev-parse", "--short", args.revision], cwd=HERE.parent, check=True,
+                                   capture_output=True, text=True).stdout.strip()  # fmt: skip
     rows: list[str] = []
     started = time.monotonic()
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
@@ -112,14 +155,26 @@ def main() -> None:
         stack.enter_context(service("engine", [sys.executable, str(HERE / "fake_engine.py"), "--port", str(engine_port)],
                                     f"{engine_url}/models"))  # fmt: skip
         env = code_of(args.compare_with, data / "then") if args.compare_with else {"RESPONSEKIT_RECORD_USAGE": "false"}
+        this = code_of(args.revision, data / "now") if args.revision else {}
+        hooked = pyframes.build() if args.python_functions else None
+        if args.keep:
+            args.keep = args.keep.resolve()
+            args.keep.mkdir(parents=True, exist_ok=True)
         servers: list[tuple[str, int, int, Path]] = []
-        for name, extra in (("this tree", {}), (other, env)):
+        for name, extra in ((this_name, this), (other, {**this, **env})):
             port, out = free_port(), data / f"callgrind-{len(servers)}.out"
-            command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
+            python = [sys.executable, "-m"]
+            if hooked:
+                python = pyframes.launch_command()
+                extra = {**extra, "PYFRAMES_NAMES": str(args.keep / f"{('this', 'other')[len(servers)]}.names.json"),
+                         "PYTHONPATH": os.pathsep.join(filter(None, [str(hooked), extra.get("PYTHONPATH")]))}
+            command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *python,
                        "responsekit", "serve", "--upstream", f"bench={engine_url}", "--no-probe", "--port", str(port),
                        "--data-dir", str(data / f"responsekit-{len(servers)}")]  # fmt: skip
             process = stack.enter_context(service(f"responsekit under callgrind ({name})", command,
                                                   f"http://127.0.0.1:{port}/health", env=extra, timeout=900))  # fmt: skip
+            if hooked:
+                pyframes.arm(process.pid)
             servers.append((name, port, process.pid, out))
         for route, target_on in ROUTES.items():
             for stream in (True, False):
@@ -128,15 +183,31 @@ def main() -> None:
                     target = target_on(port)
                     asyncio.run(load(target, args.warmup, stream))
                     time.sleep(args.settle)
-                    subprocess.run(["callgrind_control", "--zero", str(pid)], check=True, capture_output=True)
+                    dumped(pid, out)
                     asyncio.run(load(target, args.requests, stream))
                     time.sleep(args.settle)
-                    per_request.append(counted(pid, out) / args.requests)
+                    kept = None
+                    if args.keep:
+                        cell = f"{route.strip('/').replace('/', '_').replace(' ', '-')}-{'stream' if stream else 'nostream'}"
+                        kept = args.keep / f"{cell}.{'other' if per_request else 'this'}.callgrind"
+                    per_request.append(dumped(pid, out, kept) / args.requests)
                     print(f"{route:24} stream={stream!s:5} {name:32} {per_request[-1] / 1e6:7.3f} M instructions/request",
                           file=sys.stderr, flush=True)  # fmt: skip
                 now, then = per_request
                 rows.append(f"| {route} | {'yes' if stream else 'no'} | {now / 1e6:.3f} | {then / 1e6:.3f} "
                             f"| {now / then:.3f} |")  # fmt: skip
+        if hooked and args.keep:  # the stubs' names, the dumps with them, the functions that cost more
+            for side, (_, _, pid, _) in zip(("this", "other"), servers, strict=True):
+                pyframes.write_names(pid, args.keep / f"{side}.names.json")
+            names = {side: json.loads((args.keep / f"{side}.names.json").read_text()) for side in ("this", "other")}
+            tables = []
+            for dump in sorted(args.keep.glob("*.this.callgrind")):
+                cell = dump.with_name(dump.name.removesuffix(".this.callgrind"))
+                for side in ("this", "other"):
+                    pyframes.with_python_names(cell.with_name(f"{cell.name}.{side}.callgrind"), names[side],
+                                               cell.with_name(f"{cell.name}.{side}.py.callgrind"))  # fmt: skip
+                tables += [f"### {cell.name}", "", pyframes.excess(cell, args.requests), ""]
+            (args.keep / "excess.md").write_text("\n".join(tables))
     print("\n".join([
         "## Instructions per request (`bench/instructions.py`)",
         "",
@@ -145,7 +216,7 @@ def main() -> None:
          f"gateway, under callgrind; {args.requests} requests per cell after {args.warmup} of warm-up, 4 at a time, "
          "the engine answering at once (32 tokens). Millions of instructions per request:"),
         "",
-        f"| route | stream | this tree | {other} | ratio |",
+        f"| route | stream | {this_name} | {other} | ratio |",
         "|---|---|---:|---:|---:|",
         *rows,
     ]))  # fmt: skip
