@@ -19,12 +19,13 @@ ANSWER_HEADERS = "answer_headers"
 def caller(connection: HTTPConnection, route: str, stream: bool, *, busy_status: int = 429,
            body_bytes: int | None = None) -> Caller:  # fmt: skip
     """The caller of a generation on `route` (a template, e.g. `/v1/messages`), observed from now.
-    Call it once `authorize` has passed."""
-    if body_bytes is None:
-        length = connection.headers.get("content-length", "")
-        body_bytes = int(length) if length.isdigit() else 0
+    Call it once `authorize` has passed (it leaves the key and owner in the request's state). The
+    body's size is read from its `content-length` only if a limit needs it (`Caller.size`)."""
+    scope = connection.scope
+    state = scope.setdefault("state", {})  # the dict behind `connection.state`, read without a `State`
     metrics = connection.app.state.metrics
-    made = Caller(getattr(connection.state, "owner", ""), getattr(connection.state, "api_key", None), route,
-                  metrics.observation(route, stream) if metrics is not None else None, body_bytes, busy_status)  # fmt: skip
-    setattr(connection.state, ANSWER_HEADERS, made.headers)
+    made = Caller(state.get("owner", ""), state.get("api_key"), route,
+                  metrics.observation(route, stream) if metrics is not None else None, body_bytes, busy_status,
+                  raw_headers=scope["headers"])  # fmt: skip
+    state[ANSWER_HEADERS] = made.headers
     return made

@@ -183,8 +183,9 @@ class Orchestrator:
         if history:
             _check_tool_outputs(history, inputs)
         pipeline = self.pipeline
-        turn = await pipeline.open(request.generation, request.server_tools, owner, request.toolset, history)
-        items = await _answer_approvals(history + inputs, turn.mcp_servers, turn.server_tools)
+        # A copy: the request's own stays as translated (its leading messages, for compaction).
+        turn = await pipeline.open(replace(request.generation), request.server_tools, owner, request.toolset, history)
+        items = await _answer_approvals(history + inputs, turn.mcp_servers or {}, turn.server_tools)
         turn.generation.messages = self._messages(request, turn.toolset, items)
         turn.generation.affinity_key = _affinity_key(request, history, inputs)
         await pipeline.attach(turn, owner)

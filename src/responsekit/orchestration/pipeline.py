@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends import Backend
@@ -59,12 +59,21 @@ class Caller:
     route: str
     """The route template, as usage records and metrics name it (`/v1/messages`)."""
     observation: Observation | None = None
-    body_bytes: int = 0
-    """The request body's size, which the token estimate of an admission starts from."""
+    body_bytes: int | None = None
+    """The request body's size, which the token estimate of an admission starts from; None: its
+    `content-length` among `raw_headers`, read only when a limit needs it (`size`)."""
     busy_status: int = 429
     """The status of a refusal at a busy engine: 529 `overloaded_error` on the Messages API."""
     headers: dict[str, str] = field(default_factory=dict)
     """Headers for the answer (rate limits, `retry-after`), whatever it turns out to be."""
+    raw_headers: Sequence[tuple[bytes, bytes]] = ()
+    """The request's headers as the ASGI server gave them."""
+
+    def size(self) -> int:
+        if self.body_bytes is None:
+            length = next((value for name, value in self.raw_headers if name == b"content-length"), b"")
+            self.body_bytes = int(length) if length.isdigit() else 0
+        return self.body_bytes
 
 
 @dataclass(slots=True)
@@ -75,8 +84,9 @@ class Turn:
     upstream: Backend
     toolset: ToolSet
     server_tools: ServerTools
-    specs: ServerToolSpecs
-    mcp_servers: dict[str, McpServer] = field(default_factory=dict)
+    specs: ServerToolSpecs | None
+    mcp_servers: dict[str, McpServer] | None = None
+    """The MCP servers by label, when the request asked for any."""
     observer: Observer | None = None
     """What watches the generation (`rendering.rendered`): its `Meter`, or the metrics' observation."""
     input_tokens: int | None = None
@@ -122,8 +132,9 @@ class Pipeline:
         self, generation: GenerationRequest, caller: Caller, specs: ServerToolSpecs | None = None,
         *, count_prompt: bool = False,
     ) -> Turn:  # fmt: skip
-        """`generation` routed, with its server tools, attachments and admission: ready to generate."""
-        turn = await self.open(generation, specs or ServerToolSpecs(), caller.owner)
+        """`generation` (the frontend's, which the pipeline may change in place) routed, with its
+        server tools, attachments and admission: ready to generate."""
+        turn = await self.open(generation, specs, caller.owner)
         await self.attach(turn, caller.owner)
         if count_prompt:
             await self.count_prompt(turn)
@@ -139,39 +150,44 @@ class Pipeline:
             def generate(generation: GenerationRequest) -> AsyncIterator[Event]:
                 return attachments.generate(upstream, generation, response_id)
 
-        if not turn.server_tools.functions:
+        if turn.specs is None or not turn.server_tools.functions:
             return generate(turn.generation)
         return with_server_tools(turn.generation, turn.toolset, turn.server_tools, generate, turn.specs.max_tool_calls)
 
     async def count_tokens(self, generation: GenerationRequest, owner: str) -> tuple[int, bool]:
         """The prompt's tokens as the routed model reads it, and whether the count is exact."""
         upstream, model = await self.router.resolve(generation.model)
-        generation = await self.attachments.prepare(upstream, replace(generation, model=model), owner)
+        generation.model = model
+        generation = await self.attachments.prepare(upstream, generation, owner)
         return await upstream.count_tokens(generation)
 
     # --- the steps, in this order ---------------------------------------------------------
 
     async def open(
-        self, generation: GenerationRequest, specs: ServerToolSpecs, owner: str, toolset: ToolSet | None = None,
+        self, generation: GenerationRequest, specs: ServerToolSpecs | None, owner: str, toolset: ToolSet | None = None,
         history: list[dict[str, Any]] | None = None,
     ) -> Turn:  # fmt: skip
-        """Route the model and offer the server-run tools beside the client's (`toolset`, else
-        the generation's tools). `history`: a stored conversation, whose MCP listings are reused."""
-        upstream, model = await self.router.resolve(generation.model)
-        offer = toolset is not None or bool(specs)
+        """Route the model (set on `generation`, which becomes the turn's) and offer the server-run
+        tools beside the client's (`toolset`, else the generation's tools). `history`: a stored
+        conversation, whose MCP listings are reused."""
+        upstream, generation.model = await self.router.resolve(generation.model)
+        served = specs is not None and bool(specs)
+        if not served:
+            specs = None
+        offer = toolset is not None or served
         if toolset is None:
             toolset = ToolSet()
-            if specs:  # named beside the server's functions (a name taken twice is a 400)
+            if served:  # named beside the server's functions (a name taken twice is a 400)
                 toolset.add([(ToolOrigin("function", tool.name), tool) for tool in generation.tools])
-        turn = Turn(replace(generation, model=model), upstream, toolset, ServerTools(), specs)
-        if specs:
+        turn = Turn(generation, upstream, toolset, ServerTools(), specs)
+        if specs is not None:
             await self._serve(turn, owner, history or [])
         if offer:
             generation = turn.generation
             generation.tools = toolset.offered()
             if not generation.tools:
                 generation.parallel_tool_calls = None
-            if specs.forced is not None and any(origin.name == specs.forced and origin.namespace == NAMESPACE
+            if specs is not None and specs.forced is not None and any(origin.name == specs.forced and origin.namespace == NAMESPACE
                                                 for origin in turn.served.values()):  # fmt: skip
                 generation.tool_choice = NamedToolChoice(toolset.model_name(specs.forced, NAMESPACE))
         return turn
@@ -179,6 +195,7 @@ class Pipeline:
     async def _serve(self, turn: Turn, owner: str, history: list[dict[str, Any]]) -> None:
         """The server-run tools `turn.specs` asks for, offered beside the client's."""
         specs, server_tools = turn.specs, turn.server_tools
+        assert specs is not None
         if specs.mcp:
             turn.mcp_servers = await add_mcp_servers(server_tools, specs.mcp, history, self.urls)
         if specs.file_search is not None:
@@ -242,7 +259,7 @@ class Pipeline:
             meter.started = info.arrived
         if limits is not None:
             try:
-                meter.admission = await self.limiter.admit(owner, limits, caller.body_bytes, generation.max_output_tokens)
+                meter.admission = await self.limiter.admit(owner, limits, caller.size(), generation.max_output_tokens)
             except Refused as refused:
                 caller.headers.update(refused.headers)
                 meter.inner = None  # the metrics' observation never began: the answer is counted as any other

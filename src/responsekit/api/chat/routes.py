@@ -36,16 +36,17 @@ async def create_chat_completion(request: Request) -> Response:
     asking = caller(request, "/v1/chat/completions", body.stream)
     generation = translate(body)
     pipeline = request.app.state.pipeline
-    specs = ServerToolSpecs(max_tool_calls=MAX_SEARCHES)
+    specs = None
     if body.web_search_options is not None:
+        web_search = body.web_search_spec()  # a malformed one is a 400, served or not
         if pipeline.web is None:
-            body.web_search_spec()  # a malformed one is still a 400
             log.warning("ignoring web_search_options: %s", request.app.state.web_search_off)
         else:
-            specs.web_search = body.web_search_spec()
+            specs = ServerToolSpecs(web_search=web_search, max_tool_calls=MAX_SEARCHES)
     turn = await pipeline.prepare(generation, asking, specs)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    renderer = ChatRenderer(body.model, include_usage=include_usage, server_tools=frozenset(turn.served))
+    served = frozenset(turn.served) if specs is not None else frozenset()
+    renderer = ChatRenderer(body.model, include_usage=include_usage, server_tools=served)
     events = pipeline.events(turn, renderer.id)
     if body.stream:
         return event_stream(_frames(rendered(renderer, events, turn.observer)))
