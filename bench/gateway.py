@@ -226,6 +226,17 @@ def chat_target(port: int, model: str) -> Target:
                   {"model": model, "messages": [{"role": "user", "content": PROMPT}]})  # fmt: skip
 
 
+def gemini_target(port: int, model: str, stream: bool, key: str | None = None) -> Target:
+    """Google's Gemini API, as its SDKs and Gemini CLI call it: the path, not the body, says
+    whether the answer streams (`:streamGenerateContent?alt=sse`, server-sent events, or
+    `:generateContent`), so a target is for one or the other; the key, when one is needed, in
+    `x-goog-api-key`."""
+    action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    return Target("127.0.0.1", port, f"/v1beta/models/{model}:{action}",
+                  {"contents": [{"role": "user", "parts": [{"text": PROMPT}]}]},
+                  {"x-goog-api-key": key} if key else {})  # fmt: skip
+
+
 async def measure(gateway: Gateway, concurrency: int, stream: bool, seconds: float, warmup: float, tokens: int,
                   settle: float = 0.0) -> Cell:  # fmt: skip
     """One cell; the gateway's CPU is read `settle` seconds after its load ends, so that the

@@ -15,6 +15,9 @@ requests, then `--settle` seconds), then its counts are dumped and thrown away, 
 `--requests` requests at concurrency 4, is left `--settle` seconds for the writes those leave
 behind (usage records, stored responses), and its counts are dumped again: the instructions of
 every thread of the process since the first dump (the dump's `summary:`), divided by the requests.
+The routes: `/v1/responses` (stored and not), `/v1/chat/completions`, `/v1/messages` and Gemini's
+(`/v1beta/models/{model}:streamGenerateContent?alt=sse` streamed, `:generateContent` not); a
+revision from before a route (not in its OpenAPI schema) reads "—" in that route's cells.
 Every cell is measured warm, the first as the others: 30 requests of warm-up are more than the
 first requests' one-time work needs (the first cell, 10 requests of `/v1/responses` streamed
 after its 30, counted 3.94 M instructions a request, and measured again after 260 more requests
@@ -51,6 +54,7 @@ import asyncio
 import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +71,7 @@ from gateway import (
     chat_target,
     code_of,
     free_port,
+    gemini_target,
     messages_target,
     responses_target,
     service,
@@ -75,16 +80,42 @@ from loadgen import Target
 from machine import describe
 
 HERE = Path(__file__).parent
-ROUTES: dict[str, Callable[[int], Target]] = {
-    "/v1/responses": lambda port: responses_target(port, MODEL),
-    "/v1/responses store": lambda port: responses_target(port, MODEL, store=True),
-    "/v1/chat/completions": lambda port: chat_target(port, MODEL),
-    "/v1/messages": lambda port: messages_target(port, MODEL),
+
+
+def streamed(target: Target, stream: bool) -> Target:
+    """The target with `stream` in its body, as the OpenAI and Anthropic APIs take it."""
+    target.body = {**target.body, "stream": stream}
+    return target
+
+
+ROUTES: dict[str, Callable[[int, bool], Target]] = {
+    "/v1/responses": lambda port, stream: streamed(responses_target(port, MODEL), stream),
+    "/v1/responses store": lambda port, stream: streamed(responses_target(port, MODEL, store=True), stream),
+    "/v1/chat/completions": lambda port, stream: streamed(chat_target(port, MODEL), stream),
+    "/v1/messages": lambda port, stream: streamed(messages_target(port, MODEL), stream),
+    "Gemini generateContent": lambda port, stream: gemini_target(port, MODEL, stream),
 }
-"""The targets `bench/gateway.py` measures, on a gateway's port."""
+"""The targets `bench/gateway.py` measures, on a gateway's port, streamed or not. Gemini's is
+`:streamGenerateContent?alt=sse` streamed, `:generateContent` not."""
 
 
-async def load(target: Target, requests: int, stream: bool) -> None:
+def serves(target: Target) -> bool:
+    """Whether the gateway serves the target's route: one request answered 200, or, if it is not,
+    False when the route is missing from the gateway's OpenAPI schema (a revision from before the
+    route), so that its cells read "—"; a route the schema has that fails is an error."""
+    base = f"http://127.0.0.1:{target.port}"
+    response = httpx.post(base + target.path, json=target.body, headers=target.headers, timeout=300)
+    if response.status_code == 200:
+        return True
+    path = target.path.split("?", 1)[0]
+    for template, operations in httpx.get(f"{base}/openapi.json", timeout=60).json().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^}]*\\\}", "[^?]+", re.escape(template))
+        if "post" in operations and re.fullmatch(pattern, path):
+            raise RuntimeError(f"{target.path}: {response.status_code} {response.text[:200]}")
+    return False
+
+
+async def load(target: Target, requests: int) -> None:
     """`requests` requests, four at a time, each read to its end."""
     left = requests
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{target.port}", timeout=300) as client:
@@ -93,7 +124,7 @@ async def load(target: Target, requests: int, stream: bool) -> None:
             nonlocal left
             while left > 0:
                 left -= 1
-                response = await client.post(target.path, json={**target.body, "stream": stream}, headers=target.headers)
+                response = await client.post(target.path, json=target.body, headers=target.headers)
                 await response.aread()
                 if response.status_code != 200:
                     raise RuntimeError(f"{target.path}: {response.status_code} {response.text[:200]}")
@@ -178,24 +209,29 @@ def main() -> None:
             servers.append((name, port, process.pid, out))
         for route, target_on in ROUTES.items():
             for stream in (True, False):
-                per_request = []
-                for name, port, pid, out in servers:
-                    target = target_on(port)
-                    asyncio.run(load(target, args.warmup, stream))
+                per_request: list[float | None] = []
+                for side, (name, port, pid, out) in zip(("this", "other"), servers, strict=True):
+                    target = target_on(port, stream)
+                    if not serves(target):  # a revision without the route: not measured
+                        per_request.append(None)
+                        print(f"{route:24} stream={stream!s:5} {name:32} — (no such route)", file=sys.stderr, flush=True)
+                        continue
+                    asyncio.run(load(target, args.warmup))
                     time.sleep(args.settle)
                     dumped(pid, out)
-                    asyncio.run(load(target, args.requests, stream))
+                    asyncio.run(load(target, args.requests))
                     time.sleep(args.settle)
                     kept = None
                     if args.keep:
                         cell = f"{route.strip('/').replace('/', '_').replace(' ', '-')}-{'stream' if stream else 'nostream'}"
-                        kept = args.keep / f"{cell}.{'other' if per_request else 'this'}.callgrind"
+                        kept = args.keep / f"{cell}.{side}.callgrind"
                     per_request.append(dumped(pid, out, kept) / args.requests)
                     print(f"{route:24} stream={stream!s:5} {name:32} {per_request[-1] / 1e6:7.3f} M instructions/request",
                           file=sys.stderr, flush=True)  # fmt: skip
                 now, then = per_request
-                rows.append(f"| {route} | {'yes' if stream else 'no'} | {now / 1e6:.3f} | {then / 1e6:.3f} "
-                            f"| {now / then:.3f} |")  # fmt: skip
+                cells = [f"{count / 1e6:.3f}" if count is not None else "—" for count in (now, then)]
+                ratio = f"{now / then:.3f}" if now is not None and then is not None else "—"
+                rows.append(f"| {route} | {'yes' if stream else 'no'} | {cells[0]} | {cells[1]} | {ratio} |")
         if hooked and args.keep:  # the stubs' names, the dumps with them, the functions that cost more
             for side, (_, _, pid, _) in zip(("this", "other"), servers, strict=True):
                 pyframes.write_names(pid, args.keep / f"{side}.names.json")
@@ -203,6 +239,8 @@ def main() -> None:
             tables = []
             for dump in sorted(args.keep.glob("*.this.callgrind")):
                 cell = dump.with_name(dump.name.removesuffix(".this.callgrind"))
+                if not cell.with_name(f"{cell.name}.other.callgrind").exists():  # a route the other side lacks
+                    continue
                 for side in ("this", "other"):
                     pyframes.with_python_names(cell.with_name(f"{cell.name}.{side}.callgrind"), names[side],
                                                cell.with_name(f"{cell.name}.{side}.py.callgrind"))  # fmt: skip
