@@ -7,7 +7,7 @@ ARGS ?=
 # not answer and PostgreSQL is installed (tests/postgres.py).
 export RESPONSEKIT_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test chromium haproxy valgrind bench bench-peers clean
+.PHONY: run test test-fast chromium haproxy valgrind bench bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,21 @@ chromium:
 haproxy:
 	$(call debian,haproxy,haproxy,the replicas test)
 
+# The suite runs on TEST_WORKERS pytest-xdist workers: most tests wait on servers, engines and
+# real clients in subprocesses, so more workers than cores pay (measured on 2 cores: 4 workers).
+# --maxschedchunk 1: each worker is handed its next test as it goes, not a hundred at once, so the
+# longest tests (tests/conftest.py puts the `slow` ones first) spread over the workers. The
+# tests marked `alone` (wall-clock bounds that a loaded CPU could break) run afterwards, one at a
+# time; a failure in the first run still lets the second run, and fails the target.
+TEST_WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q
+PYTEST_PARALLEL := $(PYTEST) -n $(TEST_WORKERS) --maxschedchunk 1
+# $(call tests,MARKS): the tests the mark expression MARKS leaves, the `alone` ones after the rest.
+tests = status=0; \
+	$(PYTEST_PARALLEL) -m "not alone$(if $(1), and $(1))" || status=$$?; \
+	$(PYTEST) -m "alone$(if $(1), and $(1))" || status=$$?; \
+	exit $$status
+
 ## Install everything the tests need and run them all, after checking that every module src/
 ## imports is a declared dependency (deptry), that nothing below the frontends (api/) imports
 ## them (import-linter) and that ruff finds nothing; all configured in pyproject.toml.
@@ -70,7 +85,13 @@ test: $(VENV)/.installed-test tests/js/node_modules/.installed chromium haproxy
 	$(BIN)/deptry src
 	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests bench
-	$(BIN)/python -m pytest -q
+	$(call tests)
+
+## The inner loop: the suite without the tests marked `slow` (the real clients — Codex CLI,
+## Claude Code, Gemini CLI —, the browser, the load tests, the fresh install). `make test` and CI
+## run everything.
+test-fast: $(VENV)/.installed-test tests/js/node_modules/.installed haproxy
+	$(call tests,not slow)
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(call install,bench embeddings llama otel)

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import openai
@@ -15,13 +18,22 @@ from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
 from . import postgres
-from .harness import ScriptedUpstream, serve
+from .harness import ScriptedUpstream, free_port, serve
 
 
 @pytest.fixture(autouse=True)
 def _data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Servers started by a test (in-process or as a command) keep their state in its tmp_path."""
     monkeypatch.setenv("RESPONSEKIT_DATA_DIR", str(tmp_path / "data"))
+
+
+@pytest.fixture(autouse=True)
+def _wide_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI run in-process (CliRunner) prints as wide as the servers `start_cli` starts: a
+    message that names a file under tmp_path is not broken mid-word into rich's 80-column box,
+    at a place that moved with the path's length (`pytest-9` or `pytest-10`, a worker's
+    `popen-gw0/`)."""
+    monkeypatch.setenv("COLUMNS", "200")
 
 
 @pytest.fixture
@@ -69,7 +81,105 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"{NO_SKIPS} is set, and this test skipped: {report.longrepr}"
 
 
+# --- how the suite is run: on pytest-xdist workers (`make test`), and `make test-fast` -------
+
+SLOW_MODULES = {
+    "test_real_clients", "test_claude_code", "test_gemini_cli", "test_attachments_clients",  # real CLIs
+    "test_ui",  # Chromium
+    "test_load",  # 10,000 requests; SIGTERM under load
+    "test_packaging",  # a fresh virtualenv and `pip install`
+}  # fmt: skip
+SLOW_TESTS = {
+    ("test_front", "test_claude_code_finds_the_server_answering"),
+    ("test_web_search", "test_codex_cli_searches_the_web"),
+    ("test_web_search", "test_vercel_ai_sdk_provider_web_search"),
+    ("test_web_search", "test_claude_code_web_search_tool"),
+    ("test_web_search", "test_claude_code_web_fetch_through_connect_claude"),
+}
+"""`slow`: the real clients (Codex CLI, Claude Code, Gemini CLI, the JavaScript SDKs), the browser
+(any test with a `page`), the load tests and the fresh install, which `make test-fast` leaves out."""
+
+ALONE_MODULES = {"test_fairness", "test_replicas", "test_teams_replicas"}
+ALONE_TESTS = {
+    ("test_api_keys", "test_a_key_revoked_on_one_replica_is_refused_by_the_other_within_a_second"),
+    ("test_state_processes", "test_a_replica_stalled_past_its_lease_gives_its_run_up"),
+    ("test_state_processes", "test_a_replica_stalled_for_most_of_half_its_lease_keeps_its_run"),
+    ("test_load", "test_ten_thousand_requests_at_concurrency_100_without_errors_or_memory_growth"),
+}
+"""`alone`: tests that hold processes to wall-clock bounds (a fair share of a busy engine in
+seconds, a lease of 1.5-3 s, a revocation seen within a second, a replica failed within 0.1 s
+of its lease), and the load test, whose 100 clients keep a connection idle for at most 2 s of
+the server's 5 s and so must not be starved of the CPU. Other tests loading both CPUs could
+delay the processes they time, so `make test` runs these after the rest, one at a time
+(`-m alone`)."""
+
+USUAL_ENGINE_PORTS = {
+    ("test_models", "test_probing_finds_a_local_engine_and_starts_without_one"),
+    ("test_default_model", "test_a_fresh_server_serves_the_default_model"),
+}
+"""Tests that probe the usual engine ports of the machine (8080, 11434…), one of which serves an
+engine on such a port: they run one at a time, whichever worker runs them (`_one_at_a_time`)."""
+
+
+def _test_of(item: pytest.Item) -> tuple[str, str]:
+    module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""  # type: ignore[attr-defined]
+    return module, getattr(item, "originalname", item.name)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        test = _test_of(item)
+        module = test[0]
+        if module in SLOW_MODULES or test in SLOW_TESTS or "page" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+        if module in ALONE_MODULES or test in ALONE_TESTS:
+            item.add_marker(pytest.mark.alone)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # On pytest-xdist workers the `slow` tests, the longest ones, go first (in their order):
+        # started last, one of them would keep its worker busy after the others ran out of work.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """`-m alone` (make's run of the `alone` tests) collects only the modules that hold some:
+    the others take a quarter of a minute to collect (tests/parsing derives its formats then)."""
+    if (config.getoption("markexpr") or "").split(" ")[0] != "alone":
+        return None
+    modules = ALONE_MODULES | {module for module, _ in ALONE_TESTS}
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return collection_path.stem not in modules or None
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The USUAL_ENGINE_PORTS tests hold a lock of the machine's while they run, so that no two of
+    them (on two pytest-xdist workers, or in two test runs) run at once. A lock rather than an
+    xdist_group: pytest-xdist's `loadgroup` scheduling hangs once a crashed worker is replaced."""
+    if _test_of(request.node) not in USUAL_ENGINE_PORTS:  # type: ignore[arg-type]
+        yield
+        return
+    from filelock import FileLock
+
+    with FileLock(Path(tempfile.gettempdir()) / "responsekit-tests-usual-engine-ports.lock"):
+        yield
+
+
 _private_cluster_used = False
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker tells the controller whether it started a private cluster."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["private_cluster_used"] = _private_cluster_used
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: the controller hears a worker end
+def pytest_testnodedown(node: Any, error: object) -> None:
+    global _private_cluster_used
+    _private_cluster_used |= bool(getattr(node, "workeroutput", {}).get("private_cluster_used"))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -98,7 +208,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{tmp_path / 'state.db'}"
         return
     server: str = request.getfixturevalue("postgres_url")
-    name = f"rk_test_{uuid.uuid4().hex[:12]}"
+    # Named after the pytest-xdist worker too (`gw0`…; `main` without xdist), so that what a
+    # worker left behind says whose it was.
+    name = f"rk_test_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{uuid.uuid4().hex[:12]}"
     asyncio.run(_postgres(server, f'CREATE DATABASE "{name}"'))
     yield server.rsplit("/", 1)[0] + f"/{name}"
     asyncio.run(_postgres(server, f'DROP DATABASE "{name}" WITH (FORCE)'))
@@ -130,12 +242,8 @@ def server(upstream: ScriptedUpstream, settings: Settings) -> Iterator[Server]:
 
 @pytest.fixture
 def unused_port() -> int:
-    """A loopback port nothing listens on."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A loopback port nothing listens on, and no other test worker will take (`free_port`)."""
+    return free_port()
 
 
 # --- engines: a tiny GGUF run in-process and behind llama-cpp-python's server ---------
@@ -162,9 +270,11 @@ class EngineServer:
 
 @pytest.fixture(scope="session")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny random-weight Hermes model (tests/tiny_gguf.py), written once per session."""
+    """The tiny random-weight Hermes model (tests/tiny_gguf.py), written once per session (by
+    each pytest-xdist worker, in its own directory: it takes well under a second)."""
     from .tiny_gguf import write_tiny_gguf
 
+    _load_models_as_the_engine_does()
     return write_tiny_gguf(tmp_path_factory.mktemp("models") / "tiny.gguf")
 
 
@@ -172,10 +282,29 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gemma_gguf() -> Path:
     """The real Gemma 3 270M GGUF (Q4_K_M) of the `llama` extra, assembled once and kept in
     the user's cache between test runs."""
+    from filelock import FileLock
+
     from responsekit.backends.default_model import model_file
 
+    _load_models_as_the_engine_does()
+
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "responsekit-tests"
-    return model_file(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    # One test worker (pytest-xdist) assembles it while the others wait, then find it there.
+    with FileLock(cache / "gemma.lock"):
+        return model_file(cache)
+
+
+def _load_models_as_the_engine_does() -> None:
+    """Tests that load a GGUF with `llama_cpp.Llama` themselves get what the in-process engine
+    sets up before it loads one: no AMX weight repacking, whose kernel crashes llama.cpp on Q4_K
+    models on AMX CPUs (`llama_sequence.avoid_amx_repacking`, for the whole process). Without
+    this, such a test was safe only where an engine test had run before it in the same process:
+    on a pytest-xdist worker that had not, Gemma crashed the worker."""
+    if importlib.util.find_spec("llama_cpp") is not None:
+        from responsekit.backends.llama_sequence import avoid_amx_repacking
+
+        avoid_amx_repacking()
 
 
 def _engine_settings(directory: Path, **options: object) -> Settings:

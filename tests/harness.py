@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -34,13 +36,19 @@ SPEC = json.loads((DATA / "spec_required.json").read_text())
 
 @contextmanager
 def serve(app: Any, port: int = 0) -> Iterator[str]:
-    """Run an ASGI app with uvicorn on loopback (a free port by default); yields its base URL."""
+    """Run an ASGI app with uvicorn on loopback (a free port by default); yields its base URL.
+
+    It may take a while to start: an app with no engine configured assembles and loads the
+    embedded Gemma in its lifespan (7 s on a loaded 2-core machine), slower still beside other
+    test workers; hence a minute, as for llama-cpp-python's server (tests/llama_server.py).
+    """
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True  # not left running behind the next tests
             raise RuntimeError("server did not start")
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
@@ -51,10 +59,49 @@ def serve(app: Any, port: int = 0) -> Iterator[str]:
         thread.join(10)
 
 
+PORTS_FROM = 10_000
+"""The lowest port `free_port` hands out; the highest is below the kernel's ephemeral range."""
+_port_turn = itertools.count(random.randrange(1 << 16))
+
+
+def _worker_ports() -> range:
+    """The loopback ports this test process hands out: its own block, below the kernel's ephemeral
+    range, one block per pytest-xdist worker (`gw0`, `gw1`…); all of them without xdist."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768  # Linux's default range starts here
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    size = (ephemeral - PORTS_FROM) // max(workers, 1)
+    number = int(worker) if worker.isdigit() else 0
+    return range(PORTS_FROM + number * size, PORTS_FROM + (number + 1) * size)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on, for a server started later (a subprocess, HAProxy,
+    PostgreSQL) or one a test needs to stay closed.
+
+    Not the kernel's choice (binding port 0): the kernel gives every process, and every outgoing
+    connection, ports from its ephemeral range, so a port found that way and let go may be taken
+    by another test worker's server or connection before it is used. These come from this
+    worker's own block below that range (`_worker_ports`), in turn from a random start (another
+    test run beside this one starts elsewhere), skipping any that cannot be bound now.
+    """
+    ports = _worker_ports()
+    if len(ports) < 100:  # an unusual ephemeral range, or very many workers: the kernel's choice
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    for _ in range(len(ports)):
+        port = ports[next(_port_turn) % len(ports)]
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError(f"no free loopback port in {ports}")
 
 
 def start_cli(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:

@@ -43,7 +43,10 @@ def codex_home(directory: Path, base_url: str, model: str | None = None) -> Path
     subprocess.run(
         [sys.executable, "-m", "responsekit", "connect", "codex", "--url", base_url, "--codex", str(CODEX),
          "--codex-home", str(home), "--api-key-env", "RESPONSEKIT_KEY", "--write", *(["--model", model] if model else [])],
-        check=True, capture_output=True, text=True, env={**os.environ, "RESPONSEKIT_KEY": "test"},
+        check=True, capture_output=True, text=True,
+        # CODEX_HOME: the `codex debug models` it runs keeps its files in this home too, not in
+        # the user's ~/.codex, which tests running at once would share.
+        env={**os.environ, "RESPONSEKIT_KEY": "test", "CODEX_HOME": str(home)},
     )  # fmt: skip
     config = tomllib.loads((home / "config.toml").read_text())
     assert config["model"] == (model or "test-model") and config["analytics"] == {"enabled": False}

@@ -136,7 +136,11 @@ def test_a_live_run_shows_its_events_as_they_arrive(upstream, settings, page):
             assert "live" in page.locator(f"tr:has(a[href='/ui/responses/{run['id']}'])").inner_text()
 
             page.goto(f"{url}/ui/responses/{run['id']}")
-            page.wait_for_function("document.querySelector('#live .live-text').textContent === 'first half, '")
+            # Polled from here, not with page.wait_for_function: Playwright evaluates a string
+            # predicate again in the page while it is false, an eval the inspector's
+            # Content-Security-Policy refuses, so that failed whenever the text came late.
+            live_text = page.locator("#live .live-text").first
+            wait_for(lambda: live_text.text_content() == "first half, ", timeout=10)
             # The run is still waiting on the engine: these events came while it ran.
             stored = httpx.get(f"{url}/v1/responses/{run['id']}").json()
             assert stored["status"] == "in_progress"
