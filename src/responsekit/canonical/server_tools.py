@@ -10,6 +10,7 @@ pipeline (`orchestration/pipeline.py`) serves them the same way for every protoc
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,9 @@ FETCH = "web_fetch"
 ACTIONS = {SEARCH: "search", OPEN: "open_page", FIND: "find_in_page"}
 """Web function -> the `type` of its `action` in OpenAI's `web_search_call` item."""
 FUNCTIONS = {action: name for name, action in ACTIONS.items()}
+CITATION = re.compile(r"\[(\d{1,4})\]")
+"""How the model cites a search result it read: `[n]`, n as the result was numbered (the
+server-run tools ask for it); each frontend turns these into its protocol's citations."""
 CONTEXT_SIZES = ("low", "medium", "high")
 """The values of `search_context_size`."""
 

@@ -196,12 +196,7 @@ def connect_codex(
 ) -> None:
     """A Codex provider entry (and model catalog) for the models ResponseKit serves."""
     base_url = url.rstrip("/")
-    try:
-        models = codex_setup.served_models(base_url, os.environ.get(api_key_env) if api_key_env else None)
-    except Exception as exc:  # noqa: BLE001
-        raise typer.BadParameter(f"cannot list the models of {base_url}: {exc}") from None
-    if not models:
-        raise typer.BadParameter(f"{base_url} serves no model yet")
+    models = _served(base_url, os.environ.get(api_key_env) if api_key_env else None)
     catalog_path: Path | None = None
     catalog: dict | None = None
     binary = codex_setup.find_codex(codex)
@@ -226,6 +221,17 @@ def connect_codex(
     typer.echo(f"wrote {config_path}" + (f" and {catalog_path}" if catalog_path else ""))
 
 
+
+def _served(base_url: str, api_key: str | None) -> list[str]:
+    """The models `base_url` serves, for a `connect` command; none, or no answer, is the user's error."""
+    try:
+        models = codex_setup.served_models(base_url, api_key)
+    except Exception as exc:  # noqa: BLE001
+        raise typer.BadParameter(f"cannot list the models of {base_url}: {exc}") from None
+    if not models:
+        raise typer.BadParameter(f"{base_url} serves no model yet")
+    return models
+
 @connect.command("claude")
 def connect_claude(
     url: Annotated[str, typer.Option(help="ResponseKit's base URL (with or without /v1).")] = "http://127.0.0.1:8400",
@@ -244,12 +250,7 @@ def connect_claude(
 ) -> None:
     """The environment (settings.json `env`) that points Claude Code at ResponseKit's models."""
     root = claude_setup.root_url(url)
-    try:
-        models = codex_setup.served_models(f"{root}/v1", api_key)
-    except Exception as exc:  # noqa: BLE001
-        raise typer.BadParameter(f"cannot list the models of {root}/v1: {exc}") from None
-    if not models:
-        raise typer.BadParameter(f"{root}/v1 serves no model yet")
+    models = _served(f"{root}/v1", api_key)
     chosen = model or models[0]
     env = claude_setup.claude_env(root, api_key, chosen, small_model or chosen)
     if not write:
@@ -284,12 +285,7 @@ def connect_gemini(
 ) -> None:
     """The environment and settings.json entries that point Gemini CLI at ResponseKit's models."""
     root = gemini_setup.root_url(url)
-    try:
-        models = codex_setup.served_models(f"{root}/v1", api_key)
-    except Exception as exc:  # noqa: BLE001
-        raise typer.BadParameter(f"cannot list the models of {root}/v1: {exc}") from None
-    if not models:
-        raise typer.BadParameter(f"{root}/v1 serves no model yet")
+    models = _served(f"{root}/v1", api_key)
     chosen = model or models[0]
     env = gemini_setup.gemini_env(root, api_key, chosen)
     settings = gemini_setup.gemini_settings(chosen)

@@ -18,8 +18,6 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..backends import Backend
-from ..backends.router import ModelRouter
 from ..canonical.conversation import GenerationRequest, Message
 from ..canonical.errors import APIError
 from ..canonical.events import (
@@ -38,7 +36,6 @@ from ..store import Store
 from ..tools import ServerTools
 from ..tools.mcp import McpServer
 from .assist import compaction_summary, summarize_reasoning
-from .attachments import Attachments
 from .flights import Flights
 from .history import translate_items
 from .items import normalize_items
@@ -100,18 +97,6 @@ class Prepared:
     it is not stored (`store: false`), so that nothing is noted per event for nothing."""
 
     @property
-    def generation(self) -> GenerationRequest:
-        return self.turn.generation
-
-    @property
-    def upstream(self) -> Backend:
-        return self.turn.upstream
-
-    @property
-    def toolset(self) -> ToolSet:
-        return self.turn.toolset
-
-    @property
     def response(self) -> dict[str, Any]:
         return self.renderer.response
 
@@ -161,14 +146,6 @@ class Orchestrator:
         self.sealer = sealer
         self.summarizer_model = summarizer_model
         self.flights = Flights()
-
-    @property
-    def router(self) -> ModelRouter:
-        return self.pipeline.router
-
-    @property
-    def attachments(self) -> Attachments:
-        return self.pipeline.attachments
 
     async def prepare(
         self, request: ResponseRequest, owner: str, cache: History | None = None, caller: Caller | None = None
@@ -274,8 +251,8 @@ class Orchestrator:
     ) -> tuple[dict[str, Any], Usage]:
         """One compaction item standing for `items`: their summary, sealed (documents and images
         summarized as the text they read as)."""
-        messages = await self.attachments.in_text(translate_items(self.for_model(items), ToolSet()), owner)
-        summary, usage = await compaction_summary(self.router, model, messages)
+        messages = await self.pipeline.attachments.in_text(translate_items(self.for_model(items), ToolSet()), owner)
+        summary, usage = await compaction_summary(self.pipeline.router, model, messages)
         if not summary:
             raise APIError(502, "The model returned no summary to compact the conversation with.",
                            type="server_error", code="server_error")  # fmt: skip
@@ -287,7 +264,7 @@ class Orchestrator:
         threshold = prepared.request.compact_threshold
         if threshold is None or not prepared.history:
             return
-        tokens, _ = await prepared.upstream.count_tokens(prepared.generation)
+        tokens, _ = await prepared.turn.upstream.count_tokens(prepared.turn.generation)
         if tokens <= threshold:
             return
         log.info("compacting the history of %s: %d tokens > %d", prepared.response["id"], tokens, threshold)
@@ -307,7 +284,7 @@ class Orchestrator:
         """The response's canonical events: generations, with server-run tools in between."""
         if tracing.active is None:
             return self._canonical(prepared)
-        attributes = {"gen_ai.request.model": prepared.generation.model, "gen_ai.response.id": prepared.response["id"]}
+        attributes = {"gen_ai.request.model": prepared.turn.generation.model, "gen_ai.response.id": prepared.response["id"]}
         if prepared.request.conversation_id:
             attributes["gen_ai.conversation.id"] = prepared.request.conversation_id
         return tracing.orchestrate(self._canonical(prepared), attributes)
@@ -328,7 +305,7 @@ class Orchestrator:
     async def _truncating(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
         """With `truncation: auto`, a context overflow retries without the oldest turns."""
         while True:
-            attachments = self.attachments.generate(prepared.upstream, generation, prepared.response["id"])
+            attachments = self.pipeline.attachments.generate(prepared.turn.upstream, generation, prepared.response["id"])
             async with aclosing(attachments) as events:
                 first = await anext(events, None)
                 if (
@@ -356,7 +333,7 @@ class Orchestrator:
                     reasoning.append(event.text)
                 elif reasoning and not isinstance(event, Usage):
                     text, reasoning = "".join(reasoning), []
-                    async for piece in summarize_reasoning(self.router, self.summarizer_model, detail, text):
+                    async for piece in summarize_reasoning(self.pipeline.router, self.summarizer_model, detail, text):
                         yield ReasoningSummaryDelta(piece)
                 yield event
 

@@ -7,7 +7,6 @@ stay out of the client's view; the `[n]` the answer cites become `url_citation` 
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -26,6 +25,7 @@ from ...canonical.events import (
     Usage,
 )
 from ...canonical.ids import new_id
+from ...canonical.server_tools import CITATION
 
 
 class ChatRenderer:
@@ -152,13 +152,12 @@ class ChatRenderer:
         }
 
 
-_CITATION = re.compile(r"\[(\d{1,4})\]")
 
 
 def _annotations(text: str, citations: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """Each `[n]` in `text` naming a web result, as Chat Completions' `url_citation`."""
     out = []
-    for match in _CITATION.finditer(text):
+    for match in CITATION.finditer(text):
         source = citations.get(int(match.group(1)))
         if source is not None and "url" in source:
             out.append({"type": "url_citation", "url_citation": {"start_index": match.start(), "end_index": match.end(),

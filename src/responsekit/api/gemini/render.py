@@ -43,6 +43,7 @@ from ...canonical.events import (
     Usage,
 )
 from ...canonical.ids import new_id
+from ...canonical.server_tools import CITATION
 
 FINISH_REASONS = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY"}
 STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
@@ -50,7 +51,7 @@ STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DE
             504: "DEADLINE_EXCEEDED"}  # fmt: skip
 """HTTP status -> Google's `status` (google.rpc.Code); other 4xx are INVALID_ARGUMENT, other 5xx UNAVAILABLE."""
 
-_MARK = re.compile(r"[ \t]*\[(\d{1,4})\]")
+_MARK = re.compile(r"[ \t]*" + CITATION.pattern)
 """A citation mark, with the spaces before it."""
 _HELD = re.compile(r"[ \t]*(?:\[\d{0,4})?$")
 """The end of a piece of text that may be the start of a mark."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,12 +46,12 @@ from ...canonical.events import (
     Usage,
 )
 from ...canonical.ids import new_id
+from ...canonical.server_tools import CITATION
 from ...canonical.toolset import ToolOrigin
 from ...prompting.stop_texts import StopTexts
 
 log = logging.getLogger(__name__)
 
-_CITATION = re.compile(r"\[(\d{1,4})\]")
 SEARCH_ERRORS = {"rate_limited": "too_many_requests", "budget": "max_uses_exceeded"}
 """Why a search failed (`SearchError.outcome`) -> Anthropic's `error_code` (else `unavailable`)."""
 FETCH_ERRORS = {"refused": "url_not_allowed", "not_allowed": "url_not_allowed", "too_long": "url_too_long",
@@ -273,7 +272,7 @@ class MessagesRenderer:
         if not self._citations:
             return []
         citations = []
-        for match in _CITATION.finditer(block["text"]):
+        for match in CITATION.finditer(block["text"]):
             source = self._citations.get(int(match.group(1)))
             if source is not None:
                 citations.append({"type": "web_search_result_location", "url": source["url"], "title": source["title"],

@@ -9,7 +9,6 @@ event (`response.completed`, `.incomplete` or `.failed`).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,12 +32,11 @@ from ...canonical.events import (
     Usage,
 )
 from ...canonical.ids import new_id
-from ...canonical.server_tools import action_of
+from ...canonical.server_tools import CITATION, action_of
 from ...canonical.toolset import CUSTOM_INPUT, ToolSet
 
 log = logging.getLogger(__name__)
 
-_CITATION = re.compile(r"\[(\d{1,4})\]")
 _CITATION_LONGEST = 6
 """A marker is at most `[9999]`: a part's last characters may still start one."""
 
@@ -236,7 +234,7 @@ class ResponseRenderer:
         text = message.unscanned + delta
         offset = message.length + len(delta) - len(text)
         end = 0
-        for match in _CITATION.finditer(text):
+        for match in CITATION.finditer(text):
             end = match.end()
             source = self._citations.get(int(match.group(1)))
             if source is None:

@@ -110,7 +110,7 @@ async def count_input_tokens(request: Request, owner: Owner) -> dict[str, Any]:
     allow_model(request, body.model)
     conductor = orchestrator(request)
     prepared = await conductor.prepare(translate(body, conductor.sealer, conductor.pipeline.web is not None), owner)
-    count, exact = await prepared.upstream.count_tokens(prepared.generation)
+    count, exact = await prepared.turn.upstream.count_tokens(prepared.turn.generation)
     return {"object": "response.input_tokens", "input_tokens": count, "estimated": not exact}
 
 
