@@ -3,7 +3,9 @@
 `responsekit serve` must start on its base dependencies alone. The shared test environment
 has every extra and every test dependency, so a module that only they bring (jinja2 once
 came only with the test extras) goes unnoticed there; here it fails. deptry (`make test`)
-checks the declarations against the imports; this checks that they are enough to run.
+checks the declarations against the imports; this checks that they are enough to run, with
+the pip that `python -m venv` brings (Python 3.11's own, 23.2): pips differ in what they install
+for the same declarations (this one left out lxml.html.clean, which reading a page imports).
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -20,6 +26,42 @@ import httpx
 from .harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGE = b"""<!doctype html><html><head><title>Mount Etna</title></head><body><nav>Home</nav><article>
+<h1>Mount Etna</h1><p>Mount Etna, on the east coast of Sicily, is one of the most active volcanoes
+in the world; its summit craters are almost always degassing.</p></article></body></html>"""
+READ_PAGE = """import asyncio, sys
+from responsekit.tools.outbound import UrlPolicy
+from responsekit.tools.web.fetch import PageFetcher
+page = asyncio.run(PageFetcher(UrlPolicy(["127.0.0.1"])).fetch(sys.argv[1]))
+print(page.title)
+print(page.text)
+"""
+"""The web tools' page reader, as `web_open_page` runs it (its HTML extraction imports lxml,
+trafilatura, justext and lxml.html.clean only when a page is read)."""
+
+
+@contextmanager
+def _site() -> Iterator[str]:
+    """An HTML page on loopback (`PAGE`, at any path); yields its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(PAGE)))
+            self.end_headers()
+            self.wfile.write(PAGE)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/etna.html"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _sources(destination: Path) -> Path:
@@ -47,6 +89,11 @@ def test_serve_answers_health_with_base_dependencies_only(tmp_path: Path) -> Non
         env=env, cwd=tmp_path, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert where.stdout.startswith(str(venv)), where.stdout  # the installed copy, not the checkout
+    with _site() as url:
+        read = subprocess.run([venv / "bin/python", "-c", READ_PAGE, url], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert read.returncode == 0, read.stdout + read.stderr
+    assert read.stdout.startswith("Mount Etna\n") and "most active volcanoes" in read.stdout, read.stdout
 
     port = free_port()
     log_path = tmp_path / "serve.log"
