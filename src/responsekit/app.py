@@ -23,6 +23,7 @@ from .api.messages import routes as messages
 from .api.request_ids import RequestIds
 from .api.responses import render, websocket
 from .api.responses import routes as responses
+from .api.routing import RouteMemo
 from .api.ui import playground
 from .api.ui import routes as ui
 from .backends.router import ModelRouter
@@ -155,6 +156,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(ui.router)  # the inspector, last: no generation route tries it first
     app.include_router(playground.router)  # a chat page on the inspector's session
     app.mount("/ui/static", ui.static)
+    app.router.middleware_stack = RouteMemo(app.router)
     app.add_exception_handler(ui.Shown, ui.shown)  # the inspector's page instead of the one asked for
     install_error_handlers(app)
     return app
