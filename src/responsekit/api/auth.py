@@ -81,12 +81,12 @@ def authorize(connection: HTTPConnection) -> str:
     A stored key found is left in `connection.state.api_key` (else None) for the model and
     limit checks that follow.
     """
-    keys: Keys = connection.app.state.keys
+    keys: Keys = connection.scope["app"].state.keys
+    if not keys.required:
+        return ""  # `caller` and `allow_model` read no key and owner "" from the state they left unset
     state = connection.state
     state.api_key = None
     state.owner = ""
-    if not keys.required:
-        return ""
     token = bearer(connection)
     if not token:
         raise _missing()
@@ -128,7 +128,7 @@ def authorize_admin(connection: HTTPConnection) -> str:
 def allow_model(connection: HTTPConnection, *names: str | None) -> None:
     """404 (OpenAI's answer for a model a key has no access to) when the request's key may not use
     a model by any of these names (the one asked, the one it is served as)."""
-    key: ApiKey | None = getattr(connection.state, "api_key", None)
+    key: ApiKey | None = connection.scope.get("state", {}).get("api_key")
     given = [name for name in names if name]
     if key is None or not given or key.allows(*given):
         return
