@@ -38,7 +38,8 @@ def test_an_api_client_gets_a_json_description(upstream, settings):
             facts = answer.json()
             assert facts["name"] == "ResponseKit" and facts["version"] == __version__
             assert facts["api_base_url"] == f"{url}/v1" and facts["status"] == "ok"
-            assert facts["models"] == [{"id": "test-model", "engine": "scripted"}]
+            assert facts["models"] == [{"id": "test-model", "engine": "scripted", "context_window": None,
+                                        "max_output_tokens": None}]  # fmt: skip
             assert facts["engines"] == [
                 {
                     "name": "scripted",

@@ -825,7 +825,7 @@ def test_the_models_api(upstream, database_url):
 def test_model_token_limits_where_the_engine_knows_them(engine_server):
     model = engine_server.app.state.router.engines[0].model
     found = check_model(httpx.get(f"{engine_server.url}/v1beta/models/{model}").json())
-    window = engine_server.app.state.router.engines[0].context_window
+    window = engine_server.app.state.router.engines[0].context_window(model)
     assert found.input_token_limit == found.output_token_limit == window > 0
 
 

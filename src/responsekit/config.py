@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -93,6 +93,9 @@ class UpstreamConfig(BaseModel):
     fetches_image_urls: bool | None = None
     """Whether the engine fetches an image given by http(s) URL itself; when not, ResponseKit
     fetches it (under the URL policy) and sends it inline (default by kind: docs/attachments.md)."""
+    context_window: PositiveInt | dict[str, PositiveInt] | None = None
+    """Tokens each model here holds, prompt and answer: one number for all of them, or a table by
+    model name. Unset: what the engine tells (docs/engines.md, Context windows), else unknown."""
     headers: dict[str, str] = Field(default_factory=dict)
     api: Literal["chat", "completions"] = "chat"
     """`completions`: a raw `/completions` engine; ResponseKit renders the chat template and parses."""
@@ -130,6 +133,12 @@ class UpstreamConfig(BaseModel):
         if isinstance(self.vision, dict):
             return self.vision.get(model)
         return self.vision
+
+    def window(self, model: str) -> int | None:
+        """What `context_window` says of `model` (None: nothing)."""
+        if isinstance(self.context_window, dict):
+            return self.context_window.get(model)
+        return self.context_window
 
     def parsing(self, model: str) -> ModelParsing:
         """The parsing options for `model`: its `parsers` entry over the upstream's.

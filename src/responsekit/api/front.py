@@ -47,14 +47,15 @@ async def hello(request: Request) -> Response:
 
 
 def describe(request: Request) -> dict[str, Any]:
-    """What runs here: version, API base URL, models with their engines, the default model's
-    note, links; from the router's health, so `/` and `/health` never disagree."""
+    """What runs here: version, API base URL, models with their engines and windows, the default
+    model's note, links; from the router's health, so `/` and `/health` never disagree."""
     router = request.app.state.router
     health = router.health()
     root = str(request.base_url).rstrip("/")
     shown = ("name", "kind", "reachable", "models")  # not `base_url`: an engine's address or a GGUF's path
     engines = [{key: entry[key] for key in shown} for entry in health["upstreams"]]
-    models = [{"id": model["id"], "engine": model["owned_by"]} for model in router.list_models()]
+    models = [{"id": model["id"], "engine": model["owned_by"], "context_window": model["context_window"],
+               "max_output_tokens": model["max_output_tokens"]} for model in router.list_models()]  # fmt: skip
     app = request.app
     links = {
         "api": f"{root}/v1",

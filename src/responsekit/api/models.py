@@ -19,8 +19,8 @@ async def list_models(request: Request, owner: Owner) -> dict[str, Any]:
     gateway model discovery), Google's for its clients (the Gemini SDKs with `api_version="v1"`)."""
     if asks_google(request):
         page_size = request.query_params.get("pageSize", "")
-        return await model_page(request, int(page_size) if page_size.isdigit() else None,
-                                request.query_params.get("pageToken"))  # fmt: skip
+        return model_page(request, int(page_size) if page_size.isdigit() else None,
+                          request.query_params.get("pageToken"))  # fmt: skip
     models = request.app.state.router.list_models()
     key = getattr(request.state, "api_key", None)
     if key is not None and key.models is not None:  # a key limited to some models sees those only
@@ -31,9 +31,12 @@ async def list_models(request: Request, owner: Owner) -> dict[str, Any]:
 
 
 def anthropic_models(models: list[dict[str, Any]]) -> dict[str, Any]:
-    """Anthropic's `ModelInfo` page of the served models (dates unknown: the epoch, as its API allows)."""
+    """Anthropic's `ModelInfo` page of the served models (dates unknown: the epoch, as its API
+    allows), with each model's window as `max_input_tokens` and its largest answer as `max_tokens`
+    (null when unknown)."""
     data = [{"type": "model", "id": model["id"], "display_name": model["id"], "created_at": "1970-01-01T00:00:00Z",
-             "lifecycle": "active"} for model in models]  # fmt: skip
+             "lifecycle": "active", "max_input_tokens": model["context_window"],
+             "max_tokens": model["max_output_tokens"]} for model in models]  # fmt: skip
     return {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None}  # fmt: skip
 

@@ -11,14 +11,20 @@ from ..canonical.events import Event
 
 class Backend(Protocol):
     name: str
-    context_window: int | None
-    """Tokens a sequence holds, prompt and answer, when the backend knows it (in-process models)."""
+    counts_locally: bool
+    """Counting a prompt's tokens asks no engine (an in-process model): it is done whenever a
+    frontend wants the count, not only when the output maximum may not fit."""
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         """Stream the answer; ends with `Finish` or `Error` (never raises for engine faults)."""
         ...
 
     async def list_models(self) -> list[str]: ...
+
+    def context_window(self, model: str) -> int | None:
+        """Tokens a sequence of `model` holds, prompt and answer: configured, told by the engine
+        (`windows.py`) or the in-process model's own; None when unknown."""
+        ...
 
     async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:
         """Prompt tokens of a request, and whether the count is exact."""

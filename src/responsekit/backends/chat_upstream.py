@@ -46,6 +46,7 @@ from ..canonical.jsontext import json_utf8
 from ..config import EngineKind, ReasoningMode, UpstreamConfig
 from ..operations.record import Recorder, Recording
 from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
+from . import windows
 from .engine_http import Answer, engine_http
 
 log = logging.getLogger(__name__)
@@ -164,8 +165,7 @@ def upstream_error(status: int, text: str) -> Error:
 class ChatUpstream:
     """One configured engine: its connections and its dialect."""
 
-    context_window: int | None = None
-    """Unknown for an engine behind HTTP, which refuses or cuts what does not fit its context."""
+    counts_locally = False
 
     def __init__(self, config: UpstreamConfig, recorder: Recorder | None = None) -> None:
         self.config = config
@@ -178,6 +178,10 @@ class ChatUpstream:
         self._told: dict[str, bool] = {}
         """Whether each model reads images, as the engine told (`_ask_modalities`)."""
         self._asked: set[str] = set()
+        self._listing: list[Any] = []
+        """The engine's last `/models` data."""
+        self._windows: dict[str, int] = {}
+        """Each model's context window, as the engine told at a refresh (`learn_windows`)."""
         headers = dict(config.headers)
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
@@ -233,8 +237,22 @@ class ChatUpstream:
                     self.kind = kind  # type: ignore[assignment]
                     break
         names = [str(model["id"]) for model in data if "id" in model]
+        self._listing = data
         await self._ask_modalities(names)
         return names
+
+    async def learn_windows(self, names: list[str]) -> None:
+        """Ask the engine the context windows of the models it serves that are not configured;
+        the router does at each refresh, after `list_models` (a model keeps what it was told
+        last when the engine tells nothing now)."""
+        asked = [name for name in names if self.config.window(name) is None]
+        if asked:
+            root = self.config.base_url.removesuffix("/v1")
+            self._windows.update(await windows.discover(self._client, self.kind, root, asked, self._listing))
+
+    def context_window(self, model: str) -> int | None:
+        configured = self.config.window(model)
+        return configured if configured is not None else self._windows.get(model)
 
     async def _ask_modalities(self, names: list[str]) -> None:
         """Ask engines that tell whether a model reads images, once per model: llama.cpp's

@@ -69,6 +69,7 @@ class LlamaCppBackend:
     """One in-process model, served under its configured name."""
 
     kind = "llama.cpp (in-process)"
+    counts_locally = True
 
     def __init__(self, config: LocalModel) -> None:
         self.config = config
@@ -143,8 +144,7 @@ class LlamaCppBackend:
         """It never gets an image (`reads_images`)."""
         return False
 
-    @property
-    def context_window(self) -> int:
+    def context_window(self, model: str) -> int:
         return self.config.context
 
     @property

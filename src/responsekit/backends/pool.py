@@ -94,7 +94,7 @@ def engine_down(error: Error) -> bool:
 class Pool:
     """The members serving one model, as one `Backend`."""
 
-    context_window: int | None = None
+    counts_locally = False
     kind = "pool"
 
     def __init__(self, name: str, members: Sequence[Member], balance: Balance = "affinity") -> None:
@@ -187,6 +187,11 @@ class Pool:
         for member in self.members:
             names += await member.upstream.list_models()
         return list(dict.fromkeys(names))
+
+    def context_window(self, model: str) -> int | None:
+        """The smallest window a member knows (a request may go to any), each member fitting its own
+        requests to its own."""
+        return min(filter(None, (member.upstream.context_window(model) for member in self.members)), default=None)
 
     def reads_images(self, model: str) -> bool | None:
         """The members serve one model: text only if any member says so, else what one says."""

@@ -186,14 +186,17 @@ class ModelRouter:
                     member.answered()
 
     async def _list(self, upstream: ChatUpstream) -> list[str]:
+        """The models an upstream serves, their context windows learnt on the way."""
         try:
             names = await upstream.list_models()
             self._reachable[upstream.name] = True
         except (httpx.HTTPError, ValueError) as exc:
             self._reachable[upstream.name] = False
             log.warning("upstream %s (%s) did not list its models: %r", upstream.name, upstream.config.base_url, exc)
-            names = []
-        return upstream.config.models or names
+            return upstream.config.models
+        served = upstream.config.models or names
+        await upstream.learn_windows(served)
+        return served
 
     async def _probe(self) -> None:
         known = {upstream.config.base_url for upstream in self.upstreams}
@@ -286,15 +289,17 @@ class ModelRouter:
 
     def list_models(self) -> list[dict[str, Any]]:
         """`/v1/models` entries: every upstream model, then every alias that resolves."""
-        entries = [
-            {"id": name, "object": "model", "created": 0, "owned_by": upstream.name}
-            for name, upstream in self._models.items()
-        ]
+        entries = [model_entry(name, upstream, name) for name, upstream in self._models.items()]
         for alias, target in self.aliases.items():
             upstream = self._models.get(target)
             if upstream is not None and alias not in self._models:
-                entries.append({"id": alias, "object": "model", "created": 0, "owned_by": upstream.name})
+                entries.append(model_entry(alias, upstream, target))
         return entries
+
+    async def entry(self, model: str) -> dict[str, Any]:
+        """The `/v1/models` entry of any name a client may ask for (404 when nothing serves it)."""
+        backend, target = await self.resolve(model)
+        return model_entry(model, backend, target)
 
     def _member_state(self, upstream: ChatUpstream) -> dict[str, Any]:
         """A pool member's state for `/health` (nothing for an upstream outside pools)."""
@@ -355,6 +360,15 @@ class ModelRouter:
                 "on its usual port or pass --upstream URL."
             )
         return body
+
+
+def model_entry(name: str, backend: Backend, target: str) -> dict[str, Any]:
+    """A `/v1/models` entry in OpenAI's shape, with the context window of the model `name` stands
+    for and its largest answer (the whole window: a larger maximum is clamped to what the prompt
+    leaves) as extension fields, null when unknown."""
+    window = backend.context_window(target)
+    return {"id": name, "object": "model", "created": 0, "owned_by": backend.name, "context_window": window,
+            "max_output_tokens": window}  # fmt: skip
 
 
 def _serves(backend: Backend, upstream: ChatUpstream) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 from ..backends import Backend
 from ..backends.fairness import Busy
 from ..backends.router import ModelRouter
+from ..backends.windows import room_left
 from ..canonical.conversation import GenerationRequest, NamedToolChoice, TextPart
 from ..canonical.errors import APIError
 from ..canonical.events import Event
@@ -217,21 +218,21 @@ class Pipeline:
     async def count_prompt(self, turn: Turn) -> None:
         """The prompt's tokens, and an output maximum clamped to what the context leaves.
 
-        A backend that knows its context (an in-process model) counts exactly and cheaply: a
-        maximum above what the context leaves (Claude Code asks 32k-64k) is clamped, logged and
-        said in `Turn.clamped`, never refused. Other engines would need a request to count: the
-        count is estimated, and the maximum goes to the engine as asked.
+        A backend that counts without asking an engine (an in-process model) counts exactly: a
+        maximum above what its window leaves (Claude Code asks 32k-64k) is clamped, logged and said
+        in `Turn.clamped`, never refused. Other engines would need a request to count: the count is
+        estimated, and the maximum goes to the engine as asked.
         """
         generation, upstream = turn.generation, turn.upstream
-        if upstream.context_window is None:
+        window = upstream.context_window(generation.model)
+        if window is None or not upstream.counts_locally:
             turn.input_tokens = estimate_tokens(generation)
             return
         turn.input_tokens, _ = await upstream.count_tokens(generation)
-        room = upstream.context_window - turn.input_tokens
-        wanted = generation.max_output_tokens
-        if wanted is not None and room > 0 and wanted > room:
+        room = room_left(window, turn.input_tokens, generation.max_output_tokens)
+        if room is not None:
             log.info("max output tokens %d is more than the %d tokens model %s has left after the prompt: clamped",
-                     wanted, room, generation.model)  # fmt: skip
+                     generation.max_output_tokens, room, generation.model)  # fmt: skip
             generation.max_output_tokens = turn.clamped = room
 
     async def admit(self, turn: Turn, caller: Caller) -> None:

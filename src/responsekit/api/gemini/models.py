@@ -21,16 +21,15 @@ def asks_google(connection: HTTPConnection) -> bool:
     return "x-goog-api-key" in headers or "x-goog-api-client" in headers or "key" in connection.query_params
 
 
-async def model_resource(connection: HTTPConnection, entry: dict[str, Any]) -> dict[str, Any]:
-    """One `/v1/models` entry as a Gemini `Model`, with the token limits its engine knows (an
-    in-process model's context; other engines tell none)."""
-    backend, _ = await connection.app.state.router.resolve(entry["id"])
+def model_resource(entry: dict[str, Any]) -> dict[str, Any]:
+    """One `/v1/models` entry as a Gemini `Model`, with its window and largest answer as token
+    limits when they are known."""
     model: dict[str, Any] = {"name": f"models/{entry['id']}", "displayName": entry["id"],
                              "description": f"{entry['id']}, served by {entry['owned_by']} through ResponseKit",
                              "supportedGenerationMethods": METHODS}  # fmt: skip
-    window = getattr(backend, "context_window", None)
-    if isinstance(window, int) and window > 0:
-        model["inputTokenLimit"] = model["outputTokenLimit"] = window
+    for limit, key in (("inputTokenLimit", "context_window"), ("outputTokenLimit", "max_output_tokens")):
+        if entry[key] is not None:
+            model[limit] = entry[key]
     return model
 
 
@@ -43,14 +42,14 @@ def served(connection: HTTPConnection) -> list[dict[str, Any]]:
     return models
 
 
-async def model_page(connection: HTTPConnection, page_size: int | None = None,
-                     page_token: str | None = None) -> dict[str, Any]:  # fmt: skip
+def model_page(connection: HTTPConnection, page_size: int | None = None,
+               page_token: str | None = None) -> dict[str, Any]:  # fmt: skip
     """A `ListModelsResponse`: `pageSize` models from the `pageToken` on (an offset), and the
     token of the next page while there is one."""
     models = served(connection)
     start = int(page_token) if page_token and page_token.isdigit() else 0
     size = min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
-    page: dict[str, Any] = {"models": [await model_resource(connection, m) for m in models[start: start + size]]}
+    page: dict[str, Any] = {"models": [model_resource(m) for m in models[start: start + size]]}
     if start + size < len(models):
         page["nextPageToken"] = str(start + size)
     return page
@@ -63,6 +62,5 @@ async def one_model(connection: HTTPConnection, name: str) -> dict[str, Any]:
     allow_model(connection, name)
     for entry in served(connection):
         if entry["id"] == name:
-            return await model_resource(connection, entry)
-    backend, _ = await connection.app.state.router.resolve(name)  # 404 when nothing serves it
-    return await model_resource(connection, {"id": name, "owned_by": backend.name})
+            return model_resource(entry)
+    return model_resource(await connection.app.state.router.entry(name))  # 404 when nothing serves it

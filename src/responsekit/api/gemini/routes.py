@@ -122,7 +122,7 @@ async def list_models(
     page_token: str | None = Query(default=None, alias="pageToken"),
 ) -> dict[str, Any]:  # fmt: skip
     """The served models as Gemini `Model`s (`models/<id>`, with token limits where known)."""
-    return await model_page(request, page_size, page_token)
+    return model_page(request, page_size, page_token)
 
 
 async def get_model(request: Request, model: str, owner: Owner) -> dict[str, Any]:
@@ -136,10 +136,7 @@ async def get_model_v1(request: Request, model: str, owner: Owner) -> dict[str, 
         return await one_model(request, model)
     allow_model(request, model)
     entry = next((entry for entry in served(request) if entry["id"] == model), None)
-    if entry is None:
-        backend, _ = await request.app.state.router.resolve(model)
-        entry = {"id": model, "object": "model", "created": 0, "owned_by": backend.name}
-    return entry
+    return entry if entry is not None else await request.app.state.router.entry(model)
 
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
