@@ -231,6 +231,22 @@ def test_a_template_refusal_never_reaches_the_engine(tmp_path: Path) -> None:
             assert ok.status_code == 200 and engine.requests[-1]["prompt"] == "ok"
 
 
+def test_an_output_maximum_beyond_the_window_is_clamped(tmp_path: Path) -> None:
+    """With the window known (configured here), a larger maximum gets what the rendered prompt, as the
+    engine's /tokenize counts it (a token a character here), leaves; a small one is sent as asked."""
+    engine = ScriptedCompletions("llamacpp")
+    with serve(engine.app) as engine_url:
+        upstream = UpstreamConfig(base_url=f"{engine_url}/v1", api="completions", context_window=4000)
+        settings = Settings(probe=False, data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 's.db'}",
+                            upstreams=[upstream])  # fmt: skip
+        app = create_app(settings)
+        with serve(app) as url:
+            create(EngineServer(url, app), input="Hi", max_output_tokens=32000)
+            assert engine.requests[-1]["max_tokens"] == 4000 - len(engine.requests[-1]["prompt"])
+            create(EngineServer(url, app), input="Hi", max_output_tokens=100)
+            assert engine.requests[-1]["max_tokens"] == 100
+
+
 def test_a_harmony_model_gets_its_call_grammars(tmp_path: Path) -> None:
     """gpt-oss behind a raw engine: `required` sends Harmony's forced call grammar
     and `auto` its lazy one, triggered by the recipient its template writes; the call the

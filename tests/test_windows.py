@@ -1,7 +1,9 @@
 """Every model's context window: read from its engine's own API (vLLM and SGLang `/v1/models`,
 llama.cpp's `/props`, Ollama's `/api/ps` and `/api/show`, LM Studio's `/api/v1/models` or
 `/api/v0/models`), set over by configuration, shown in both shapes of `/v1/models`, in the Gemini
-models API and on the front page.
+models API and on the front page; and, with the window known, an output maximum larger than what it
+leaves clamped, so that a vLLM-style engine that refuses prompt + `max_tokens` beyond its window
+answers Claude Code's 32,000.
 
 Each engine here is a real HTTP server on loopback answering in its kind's shapes, as its docs give
 them (cited in `responsekit/backends/windows.py`).
@@ -26,7 +28,7 @@ from starlette.routing import Route
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
-from .harness import serve
+from .harness import ScriptedUpstream, serve, text_exchange
 from .test_gemini import check_model
 
 ANTHROPIC = {"anthropic-version": "2023-06-01", "x-api-key": "test"}
@@ -253,3 +255,84 @@ def test_the_gemini_models_api_and_the_front_page_show_the_windows(running, data
         assert {model["id"]: model["context_window"] for model in facts["models"]} == {**engine.windows, "small": 16384}
         html = httpx.get(f"{url}/", headers={"accept": "text/html"}).text
         assert "40960 tokens" in html and "16384 tokens" in html
+
+
+class VllmLike(ScriptedUpstream):
+    """A scripted engine that lists `max_model_len` and refuses, as vLLM does, a request whose prompt
+    and `max_tokens` together exceed it (prompt tokens counted as its `/tokenize` counts them)."""
+
+    def __init__(self, window: int) -> None:
+        super().__init__(("qwen3-coder",), owned_by="vllm")
+        self.window = window
+        self.counted: list[int] = []
+        """What each `/tokenize` answered."""
+
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        return sum(len(str(m.get("content") or "").split()) for m in body["messages"]) + 3 * len(body["messages"])
+
+    async def _models(self, request: Request) -> JSONResponse:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": self.owned_by, "max_model_len": self.window}
+                for name in self.models]  # fmt: skip
+        return JSONResponse({"object": "list", "data": data})
+
+    async def _tokenize(self, request: Request) -> JSONResponse:
+        answer = await super()._tokenize(request)
+        self.counted.append(self.prompt_tokens(await request.json()))
+        return answer
+
+    async def _chat(self, request: Request) -> HTTPResponse:
+        body = await request.json()
+        prompt, wanted = self.prompt_tokens(body), body.get("max_tokens") or 0
+        if prompt + wanted > self.window:
+            self.requests.append(body)
+            message = (f"'max_tokens' or 'max_completion_tokens' is too large: {wanted}. This model's maximum context "
+                       f"length is {self.window} tokens and your request has {prompt} input tokens "
+                       f"({wanted} > {self.window} - {prompt}).")  # fmt: skip
+            error = {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+            return JSONResponse(error, status_code=400)
+        return await super()._chat(request)
+
+
+@pytest.fixture
+def vllm_like() -> Iterator[VllmLike]:
+    engine = VllmLike(8192)
+    with serve(engine.app) as url:
+        engine.url = f"{url}/v1"  # type: ignore[attr-defined]
+        yield engine
+
+
+def test_the_engine_refuses_prompt_and_maximum_beyond_its_window(vllm_like):
+    body = {"model": "qwen3-coder", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32000}
+    refused = httpx.post(f"{vllm_like.url}/chat/completions", json=body)  # type: ignore[attr-defined]
+    assert refused.status_code == 400 and "maximum context length is 8192" in refused.text
+
+
+def test_an_output_maximum_beyond_the_window_is_clamped_on_every_api(vllm_like, database_url):
+    settings = Settings(upstreams=[UpstreamConfig(base_url=vllm_like.url)], probe=False, database_url=database_url)  # type: ignore[attr-defined]
+    prompt = "Summarize the plan in one line."
+    asks = {
+        "/v1/messages": {"model": "qwen3-coder", "max_tokens": 32000, "messages": [{"role": "user", "content": prompt}]},
+        "/v1/responses": {"model": "qwen3-coder", "max_output_tokens": 32000, "input": prompt},
+        "/v1/chat/completions": {"model": "qwen3-coder", "max_tokens": 32000, "messages": [{"role": "user", "content": prompt}]},
+        "/v1beta/models/qwen3-coder:generateContent": {"contents": [{"role": "user", "parts": [{"text": prompt}]}],
+                                                       "generationConfig": {"maxOutputTokens": 32000}},
+    }  # fmt: skip
+    with serve(create_app(settings)) as url:
+        for route, body in asks.items():
+            vllm_like.push(text_exchange("One line."))
+            answer = httpx.post(f"{url}{route}", json=body, headers=ANTHROPIC if route == "/v1/messages" else {})
+            assert answer.status_code == 200, (route, answer.text)
+            sent = vllm_like.requests[-1]
+            assert sent["max_tokens"] == 8192 - vllm_like.counted[-1] == 8192 - vllm_like.prompt_tokens(sent), route
+        # Claude Code's own ask, streamed.
+        vllm_like.push(text_exchange("Streamed."))
+        with httpx.stream("POST", f"{url}/v1/messages", headers=ANTHROPIC,
+                          json={**asks["/v1/messages"], "stream": True}) as streamed:  # fmt: skip
+            assert streamed.status_code == 200 and "message_stop" in streamed.read().decode()
+        assert vllm_like.requests[-1]["max_tokens"] < 8192
+        # A maximum that fits whatever the prompt costs asks the engine for no count.
+        counts = len(vllm_like.counted)
+        vllm_like.push(text_exchange("Short."))
+        small = {**asks["/v1/messages"], "max_tokens": 1000}
+        assert httpx.post(f"{url}/v1/messages", json=small, headers=ANTHROPIC).status_code == 200
+        assert vllm_like.requests[-1]["max_tokens"] == 1000 and len(vllm_like.counted) == counts

@@ -254,6 +254,21 @@ class ChatUpstream:
         configured = self.config.window(model)
         return configured if configured is not None else self._windows.get(model)
 
+    async def fitted(self, request: GenerationRequest) -> GenerationRequest:
+        """`request` with an output maximum the model's window has room for after the prompt:
+        counted (by the engine where it can) only when the maximum may not fit, so that an engine
+        that refuses prompt and maximum beyond its window (vLLM) answers instead."""
+        window = self.context_window(request.model)
+        if window is None or not windows.may_overflow(window, request):
+            return request
+        prompt, _ = await self.count_tokens(request)
+        room = windows.room_left(window, prompt, request.max_output_tokens)
+        if room is None:
+            return request
+        log.info("upstream %s: max output tokens %s is more than the %d tokens model %s has left after the "
+                 "prompt: clamped", self.name, request.max_output_tokens, room, request.model)  # fmt: skip
+        return replace(request, max_output_tokens=room)
+
     async def _ask_modalities(self, names: list[str]) -> None:
         """Ask engines that tell whether a model reads images, once per model: llama.cpp's
         server (`/props` `modalities`: one model per server), Ollama (`/api/show` `capabilities`),
@@ -398,7 +413,7 @@ class ChatUpstream:
         return max(1, characters // 4), False
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        body = self.render(request)
+        body = self.render(await self.fitted(request))
         recording = self._recorder.start(self.name, "/chat/completions", body) if self._recorder else None
         try:
             async with aclosing(self._exchange(body, recording, request)) as events:

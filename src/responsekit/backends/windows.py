@@ -10,12 +10,15 @@ window unknown (logged at debug), never failing a refresh.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import httpx
+
+from ..canonical.conversation import GenerationRequest, TextPart
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +27,10 @@ Probe = Callable[[httpx.AsyncClient, str, list[str]], Awaitable[Windows]]
 
 TIMEOUT = 5.0
 """Seconds each discovery request may take."""
+TEMPLATE_ALLOWANCE = 1024
+"""Tokens a chat template may add around the messages and tools (markers, a tool preamble)."""
+MESSAGE_ALLOWANCE = 16
+"""Tokens a chat template may add around each message or tool (its role and separators)."""
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.MULTILINE)
 
 
@@ -150,6 +157,32 @@ async def discover(client: httpx.AsyncClient, kind: str, root: str, names: list[
         if name not in found:
             log.debug("%s did not tell the context window of %s", root, name)
     return found
+
+
+def most_prompt_tokens(request: GenerationRequest) -> int | None:
+    """More tokens than the request's prompt can take, with no tokenizer at hand: a text token is at
+    least one byte of UTF-8, and the template adds its allowances; None when a part is not text (an
+    image may take thousands of tokens)."""
+    size = TEMPLATE_ALLOWANCE
+    for message in request.messages:
+        if not all(isinstance(part, TextPart) for part in message.content):
+            return None
+        size += MESSAGE_ALLOWANCE + sum(len(part.text.encode()) for part in message.content if isinstance(part, TextPart))
+        size += len((message.reasoning or "").encode())
+        size += sum(MESSAGE_ALLOWANCE + len(call.name.encode()) + len(call.arguments.encode()) for call in message.tool_calls)
+    for tool in request.tools:  # ASCII JSON: as long as the UTF-8 of what it holds, or longer
+        size += MESSAGE_ALLOWANCE + len(json.dumps([tool.name, tool.description, tool.parameters]))
+    return size
+
+
+def may_overflow(window: int | None, request: GenerationRequest) -> bool:
+    """Whether the output maximum a request asks for might not fit in `window` after its prompt:
+    only then is the prompt worth an engine's exact count."""
+    wanted = request.max_output_tokens
+    if window is None or wanted is None:
+        return False
+    most = most_prompt_tokens(request)
+    return most is None or wanted + most > window
 
 
 def room_left(window: int, prompt_tokens: int, wanted: int | None) -> int | None:

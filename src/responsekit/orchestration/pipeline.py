@@ -220,8 +220,9 @@ class Pipeline:
 
         A backend that counts without asking an engine (an in-process model) counts exactly: a
         maximum above what its window leaves (Claude Code asks 32k-64k) is clamped, logged and said
-        in `Turn.clamped`, never refused. Other engines would need a request to count: the count is
-        estimated, and the maximum goes to the engine as asked.
+        in `Turn.clamped`, never refused. An engine behind HTTP would need a request to count: the
+        count is estimated, and the engine's backend fits each generation's maximum to the window
+        itself, counting only when it may not fit (`ChatUpstream.fitted`).
         """
         generation, upstream = turn.generation, turn.upstream
         window = upstream.context_window(generation.model)
