@@ -240,6 +240,18 @@ def test_configuration_sets_the_window_over_the_engine(running, database_url):
             assert not [asked for asked in engine.asked if "autoload" in asked], "a configured window is not asked"
 
 
+def test_a_pool_shows_its_members_smallest_window(database_url):
+    """A request may go to either member: the window shown is the one both have."""
+    big, small = (Engine("auto", listed("qwen3", owned_by="vllm", max_model_len=window)) for window in (32768, 8192))
+    with serve(big.app()) as one, serve(small.app()) as two:
+        settings = Settings(upstreams=[UpstreamConfig(base_url=f"{one}/v1"), UpstreamConfig(base_url=f"{two}/v1")],
+                            probe=False, database_url=database_url)  # fmt: skip
+        with serve(create_app(settings)) as url:
+            assert openai_models(url)["qwen3"].model_extra["context_window"] == 8192
+            assert httpx.get(f"{url}/health").json()["pools"][0]["members"] == [one.removeprefix("http://"),
+                                                                                two.removeprefix("http://")]  # fmt: skip
+
+
 @pytest.mark.parametrize("running", ["ollama"], indirect=True)
 def test_the_gemini_models_api_and_the_front_page_show_the_windows(running, database_url):
     engine, engine_url = running
