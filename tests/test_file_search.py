@@ -7,6 +7,8 @@ import json
 import httpx
 import pytest
 
+from responsekit.files.service import VectorStores
+
 from .conftest import DATABASES
 from .harness import check_response, check_stream, read_sse, text_exchange, tool_loop, wait_for
 
@@ -94,6 +96,29 @@ def test_max_tool_calls_bounds_the_loop(server, store):
     assert [item["type"] for item in response["output"]].count("file_search_call") == 2
     assert response["output_text"] == "Done searching."
     assert "tools" not in server.upstream.requests[-1], "once the budget is spent the model answers without tools"
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_an_unexpected_error_in_the_search_is_a_failed_call_the_model_reads(server, monkeypatch, caplog, streamed):
+    async def broken(self: VectorStores, *args: object, **options: object) -> None:
+        raise RuntimeError("the index is corrupt")
+
+    monkeypatch.setattr(VectorStores, "search", broken)
+    store_id = server.client().vector_stores.create(name="notes").id
+    server.upstream.responder = tool_loop({"file_search": {"queries": ["etna"]}})
+    body = {"model": "test-model", "input": "Volcanoes?", "stream": streamed,
+            "tools": [{"type": "file_search", "vector_store_ids": [store_id]}]}  # fmt: skip
+    with httpx.stream("POST", f"{server.base_url}/responses", json=body, timeout=60) as answer:
+        assert answer.status_code == 200, answer.read()
+        response = check_stream(read_sse(answer.iter_lines())[0]) if streamed else json.loads(answer.read())
+    if not streamed:
+        check_response(response)
+    search = next(item for item in response["output"] if item["type"] == "file_search_call")
+    assert search["status"] == "failed" and response["status"] == "completed"
+    failure = "Error: The tool file_search failed on the server (RuntimeError: the index is corrupt)."
+    assert server.upstream.requests[1]["messages"][-1]["content"] == failure
+    assert response["output_text"] == f"The tool said: {failure}"
+    assert any(r.exc_info and r.getMessage() == "the server-run tool file_search failed" for r in caplog.records)
 
 
 def test_unknown_vector_store(server):

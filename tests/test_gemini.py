@@ -45,7 +45,7 @@ from .harness import (
 )
 from .test_faults import FAULTS, _upstreams
 from .test_vector_stores import pdf_with_text
-from .test_web_search import SearchEngine, Site, searching
+from .test_web_search import LXML_GONE, SearchEngine, Site, break_web, searching
 
 JS = Path(__file__).parent / "js"
 HEADERS = {"x-goog-api-key": "test"}
@@ -922,6 +922,33 @@ def test_url_context_reads_the_prompt_s_pages(web):
     read, refused = [m["content"] for m in server.upstream.requests[-1]["messages"] if m["role"] == "tool"]
     assert "one of the most active volcanoes" in read and "not in the conversation" in refused
     assert [t["function"]["name"] for t in server.upstream.requests[0]["tools"]] == ["web_fetch"]
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_an_unexpected_error_in_a_built_in_tool_is_read_by_the_model(web, monkeypatch, streamed):
+    """A search and a page read that raise what they never should: the model reads each failure, the
+    answer comes, the metadata says what failed."""
+    server, site, _ = web
+    break_web(monkeypatch)
+    page = f"{site.url}/etna.html"
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), ("web_fetch", {"url": page}),
+                                          answer="Nothing could be read.")  # fmt: skip
+    request = body(f"Summarize {page}", tools=[{"googleSearch": {}}, {"urlContext": {}}])
+    if streamed:
+        response = fold(stream(server.url, request))
+    else:
+        answer = generate(server.url, request)
+        assert answer.status_code == 200, answer.text
+        response = answer.json()
+        check_response(response)
+    candidate = response["candidates"][0]
+    assert candidate["content"]["parts"] == [{"text": "Nothing could be read."}] and candidate["finishReason"] == "STOP"
+    assert candidate["groundingMetadata"]["webSearchQueries"] == ["etna"]
+    assert candidate["urlContextMetadata"] == {"urlMetadata": [
+        {"retrievedUrl": page, "urlRetrievalStatus": "URL_RETRIEVAL_STATUS_ERROR"}]}  # fmt: skip
+    search, fetched = [m["content"] for m in server.upstream.requests[-1]["messages"] if m["role"] == "tool"]
+    assert search.startswith("Error: The web search failed: Searching raised an unexpected error") and "RuntimeError" in search
+    assert fetched.startswith("Error: The page could not be read: ") and LXML_GONE in fetched
 
 
 def test_without_a_search_engine_the_built_in_tools_are_left_out(server, caplog):

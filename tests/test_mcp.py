@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -10,6 +11,8 @@ from mcp.server.mcpserver import MCPServer
 
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
+from responsekit.tools import ToolOutcome, run_guarded
+from responsekit.tools.mcp import McpServer
 
 from .harness import check_response, check_stream, read_sse, serve, text_exchange, tool_loop
 
@@ -82,6 +85,71 @@ def test_a_failing_tool_and_the_model_goes_on(base_url, upstream, mcp_url):
     assert call.status == "failed" and call.error and call.output is None
     assert upstream.requests[1]["messages"][-1]["content"].startswith("Error: ")
     assert response.output_text.startswith("The tool said: Error: ")
+
+
+BROKEN = "Error: The tool add failed on the server (RuntimeError: the session broke)."
+"""What the model reads of a call whose running raised what it never should."""
+
+
+def break_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running any MCP call raises from now on, inside the server (which runs in this process)."""
+
+    async def call(self: McpServer, tool: str, arguments: str) -> None:
+        raise RuntimeError("the session broke")
+
+    monkeypatch.setattr(McpServer, "call", call)
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_an_unexpected_error_running_a_call_fails_the_call_not_the_response(base_url, upstream, mcp_url, monkeypatch,
+                                                                             streamed):  # fmt: skip
+    break_calls(monkeypatch)
+    upstream.responder = tool_loop({"add": {"a": 2, "b": 3}})
+    body = {"model": "test-model", "input": "2+3?", "tools": [mcp_tool(mcp_url)], "stream": streamed}
+    with httpx.stream("POST", f"{base_url}/responses", json=body, timeout=60) as answer:
+        assert answer.status_code == 200, answer.read()
+        if streamed:
+            events, _ = read_sse(answer.iter_lines())
+            response = check_stream(events)
+            assert "response.mcp_call.failed" in [e["type"] for e in events]
+        else:
+            response = json.loads(answer.read())
+            check_response(response)
+    call = next(item for item in response["output"] if item["type"] == "mcp_call")
+    assert call["status"] == "failed" and call["output"] is None
+    assert call["error"]["message"] == BROKEN.removeprefix("Error: ")
+    assert upstream.requests[1]["messages"][-1]["content"] == BROKEN
+    assert response["status"] == "completed" and response["output_text"] == f"The tool said: {BROKEN}"
+
+
+def test_an_approved_call_that_raises_fails_alone(base_url, upstream, mcp_url, monkeypatch):
+    upstream.responder = tool_loop({"add": {"a": 20, "b": 22}})
+    tools = [mcp_tool(mcp_url, require_approval="always")]
+    first = httpx.post(f"{base_url}/responses", json={"model": "test-model", "input": "20+22?", "tools": tools}).json()
+    break_calls(monkeypatch)  # the listing above ran; the approved call will not
+    answer = httpx.post(f"{base_url}/responses", timeout=60, json={
+        "model": "test-model", "tools": tools, "previous_response_id": first["id"],
+        "input": [{"type": "mcp_approval_response", "approval_request_id": first["output"][-1]["id"], "approve": True}],
+    })  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    second = answer.json()
+    check_response(second)
+    call = second["output"][0]
+    assert call["type"] == "mcp_call" and call["status"] == "failed"
+    assert call["error"]["message"] == BROKEN.removeprefix("Error: ")
+    assert upstream.requests[-1]["messages"][-1]["content"] == BROKEN
+    assert second["output_text"] == f"The tool said: {BROKEN}"
+
+
+def test_a_cancelled_call_is_not_a_failed_one():
+    """A client that leaves cancels the call under way: the cancellation goes on up, it is not the
+    call's failure."""
+
+    async def cancelled(arguments: str) -> ToolOutcome:
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(run_guarded("add", cancelled, "{}"))
 
 
 def test_approval_round_trip_and_cached_listing(base_url, upstream, mcp_url):

@@ -30,7 +30,7 @@ from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
 from .harness import serve, text_exchange, tool_call_exchange, tool_loop
-from .test_mcp import mcp_app
+from .test_mcp import BROKEN, break_calls, mcp_app
 from .test_messages import HEADERS, TOOLS, anthropic_error, client, stream
 
 BETA_EVENT = TypeAdapter(BetaRawMessageStreamEvent)
@@ -227,6 +227,25 @@ def test_a_failing_call_is_an_error_result_and_the_model_goes_on(url, upstream, 
     message = BetaMessage.model_validate(answer.json(), strict=True)
     assert isinstance(message.content[2], BetaMCPToolResultBlock) and message.content[2].is_error
     assert message.content[-1].text.startswith("The tool said: Error: ")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_an_unexpected_error_running_a_call_is_an_error_result(url, upstream, mcp, monkeypatch, streamed):
+    break_calls(monkeypatch)
+    upstream.responder = tool_loop({"add": {"a": 2, "b": 3}})
+    body = request(mcp.url)
+    if streamed:
+        with client(url, timeout=60).beta.messages.stream(**body, betas=[BETA]) as events:
+            message = events.get_final_message()
+    else:
+        answer = post(url, body)
+        assert answer.status_code == 200, answer.text
+        message = BetaMessage.model_validate(answer.json(), strict=True)
+    result = message.content[2]
+    assert isinstance(result, BetaMCPToolResultBlock) and result.is_error
+    assert [part.text for part in result.content] == [BROKEN.removeprefix("Error: ")]  # type: ignore[union-attr]
+    assert upstream.requests[1]["messages"][-1]["content"] == BROKEN
+    assert message.content[-1].text == f"The tool said: {BROKEN}" and message.stop_reason == "end_turn"  # type: ignore[union-attr]
 
 
 def test_an_unreachable_server_leaves_its_tools_out(url, upstream, unused_port, caplog):

@@ -1008,6 +1008,114 @@ def test_malformed_web_fetch_tools_are_400s(server, option, value):
     assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
 
 
+# --- a provider or a page reader that raises what it never should ---------------------------
+
+
+LXML_GONE = "lxml.html.clean module is now a separate project lxml_html_clean."
+"""What reading any HTML page raised where pip had left lxml_html_clean out."""
+
+
+def break_web(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page reader's HTML extraction and the provider raise errors of no kind they declare,
+    inside the server (which runs in this process)."""
+
+    def extract(url: str, body: bytes) -> None:
+        raise ImportError(LXML_GONE)
+
+    async def search(self: providers.Provider, query: Any) -> None:
+        raise RuntimeError("the provider's client broke")
+
+    monkeypatch.setattr(web_fetch, "_html", extract)
+    monkeypatch.setattr(providers.Provider, "search", search)
+
+
+@pytest.fixture
+def broken(monkeypatch: pytest.MonkeyPatch) -> None:
+    break_web(monkeypatch)
+
+
+def unexpected(records: list[Any]) -> list[str]:
+    """The unexpected failures logged with their tracebacks."""
+    return [r.getMessage() for r in records if r.exc_info and "failed unexpectedly" in r.getMessage()]
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_an_unexpected_error_in_a_web_tool_is_a_failed_call_the_model_reads(server, site, broken, streamed, caplog):
+    page = f"{site.url}/etna.html"
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), ("web_open_page", {"url": page}),
+                                          ("web_find_in_page", {"url": page, "pattern": "Sicily"}),
+                                          answer="Nothing could be read.")  # fmt: skip
+    body = {"model": "test-model", "input": "Etna?", "tools": [{"type": "web_search"}]}
+    if streamed:
+        _, response = stream(server, body)
+    else:
+        answer = httpx.post(f"{server.base_url}/responses", timeout=60, json=body)
+        assert answer.status_code == 200, answer.text
+        response = answer.json()
+        check_response(response)
+    assert response["status"] == "completed" and response["output_text"] == "Nothing could be read."
+    calls = [item for item in response["output"] if item["type"] == "web_search_call"]
+    assert [(call["status"], call["action"]) for call in calls] == [
+        ("failed", {"type": "search", "query": "etna", "queries": ["etna"]}),
+        ("failed", {"type": "open_page", "url": page}),
+        ("failed", {"type": "find_in_page", "url": page, "pattern": "Sicily"}),
+    ]  # fmt: skip
+    search, opened, found = tool_outputs(server.upstream)
+    assert search == ("Error: The web search failed: Searching raised an unexpected error on the server "
+                      "(RuntimeError: the provider's client broke).")  # fmt: skip
+    assert opened == found == (f"Error: The page could not be read: Reading {page} raised an unexpected error on "
+                               f"the server (ImportError: {LXML_GONE}).")  # fmt: skip
+    assert unexpected(caplog.records) == ["web search (searxng) failed unexpectedly"] + [
+        "web fetch (searxng) failed unexpectedly"] * 2  # fmt: skip
+    metrics = httpx.get(f"{server.url}/metrics").text
+    for operation, count in (("search", 1), ("fetch", 2)):
+        assert f'responsekit_web_operations_total{{operation="{operation}",outcome="error",provider="searxng"}} {count}.0' in metrics
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_messages_an_unexpected_error_in_a_web_tool_is_an_error_block(server, site, broken, streamed):
+    page = f"{site.url}/etna.html"
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), ("web_fetch", {"url": page}),
+                                          answer="Nothing could be read.")  # fmt: skip
+    request = {"model": "test-model", "max_tokens": 500, "messages": [{"role": "user", "content": f"Read {page}"}],
+               "tools": [ANTHROPIC_TOOL, FETCH_TOOL]}  # fmt: skip
+    if streamed:
+        with anthropic_client(server.url).messages.stream(**request) as events:
+            message = events.get_final_message()
+    else:
+        answer = httpx.post(f"{server.url}/v1/messages", headers=MESSAGE_HEADERS, timeout=60, json=request)
+        assert answer.status_code == 200, answer.text
+        message = AnthropicMessage.model_validate(answer.json(), strict=True)
+    assert [block.type for block in message.content] == ["server_tool_use", "web_search_tool_result",
+                                                         "server_tool_use", "web_fetch_tool_result", "text"]  # fmt: skip
+    assert message.content[1].content.model_dump() == {"type": "web_search_tool_result_error", "error_code": "unavailable"}
+    assert message.content[3].content.model_dump() == {"type": "web_fetch_tool_result_error", "error_code": "unavailable"}
+    assert message.content[4].text == "Nothing could be read." and message.stop_reason == "end_turn"
+    search, fetched = tool_outputs(server.upstream)
+    assert search.startswith("Error: The web search failed: Searching raised an unexpected error") and "RuntimeError" in search
+    assert fetched.startswith("Error: The page could not be read: ") and LXML_GONE in fetched
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_chat_completions_an_unexpected_error_in_the_search_is_read_by_the_model(server, broken, streamed):
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), answer="No search today.")
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "Etna?"}], "web_search_options": {},
+            "stream": streamed}  # fmt: skip
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", timeout=60, json=body) as answer:
+        assert answer.status_code == 200, answer.read()
+        if streamed:
+            chunks = [json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: {")]
+            for chunk in chunks:
+                check_chat_chunk(chunk)
+            text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+            assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
+        else:
+            text = check_chat_completion(json.loads(answer.read())).choices[0].message.content
+    assert text == "No search today."
+    (output,) = tool_outputs(server.upstream)
+    assert output.startswith("Error: The web search failed: Searching raised an unexpected error") and "RuntimeError" in output
+
+
 # --- Claude Code's WebFetch: a client tool, with its domain check skipped by `connect claude` ----
 
 

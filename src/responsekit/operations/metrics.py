@@ -94,7 +94,7 @@ class Metrics:
                                ["operation"], buckets=STORE_BUCKETS, registry=registry)  # fmt: skip
         self.web = Counter("responsekit_web_operations", "Web searches and page fetches of the web_search tools, by "
                            "provider and outcome (ok, timeout, unreachable, unauthorized, rate_limited, server_error, "
-                           "bad_answer; for fetches refused, too_large, unsupported, http_error).",
+                           "bad_answer, error; for fetches refused, too_large, unsupported, http_error).",
                            ["operation", "provider", "outcome"], registry=registry)  # fmt: skip
         self._children: dict[tuple[Any, ...], Any] = {}
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from ..canonical.conversation import GenerationRequest, Message
@@ -33,8 +34,8 @@ from ..canonical.toolset import ToolSet
 from ..operations import tracing
 from ..operations.logs import request_id
 from ..store import Store
-from ..tools import ServerTools
-from ..tools.mcp import McpServer
+from ..tools import ServerTools, run_guarded
+from ..tools.mcp import McpServer, call_error
 from .assist import compaction_summary, summarize_reasoning
 from .flights import Flights
 from .history import translate_items
@@ -435,14 +436,15 @@ async def _answer_approvals(
                 "output": None, "error": None, "status": "completed"}  # fmt: skip
         server = servers.get(str(item.get("server_label")))
         if answer.get("approve") and server is not None:
-            outcome = await server.call(str(item.get("name")), call["arguments"])
-            error = (outcome.data or {}).get("error") if outcome.error else None
+            name = str(item.get("name"))
+            outcome = await run_guarded(name, partial(server.call, name), call["arguments"])
+            error = ((outcome.data or {}).get("error") or call_error(outcome.error)) if outcome.error else None
             call.update(output=outcome.output or None, error=error, status="failed" if error else "completed")
             server_tools.ready_items.append(call)
         else:
             reason = f": {answer['reason']}" if answer.get("reason") else ""
             message = f"The user declined this call{reason}."
-            call.update(error={"type": "mcp_protocol_error", "code": -32000, "message": message}, status="failed")
+            call.update(error=call_error(message, code=-32000), status="failed")
         out.append(call)
     return out
 

@@ -7,12 +7,18 @@ the result back until the model answers. Each request's server tools are prepare
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..canonical.conversation import FunctionTool
 from ..canonical.toolset import ToolOrigin
+
+log = logging.getLogger(__name__)
+
+REASON_CHARS = 300
+"""Characters of an unexpected exception the model reads (its whole traceback is in the log)."""
 
 
 @dataclass(slots=True)
@@ -25,6 +31,18 @@ class ToolOutcome:
 
 
 Runner = Callable[[str], Awaitable[ToolOutcome]]
+
+
+async def run_guarded(name: str, runner: Runner, arguments: str) -> ToolOutcome:
+    """`runner`'s outcome for `arguments`. Whatever it raises (a parser's error, a missing module,
+    a bug) is logged and becomes the call's failure, which the model reads: one tool failing must
+    not fail the response around it. Cancellation is not a failure and goes through."""
+    try:
+        return await runner(arguments)
+    except Exception as exc:
+        log.exception("the server-run tool %s failed", name)
+        reason = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
+        return ToolOutcome("", error=f"The tool {name} failed on the server ({reason}).")
 
 
 @dataclass(slots=True)
@@ -49,4 +67,4 @@ class ServerTools:
         runner = self.runners.get((origin.kind, origin.namespace, origin.name))
         if runner is None:
             return ToolOutcome("", error=f"The tool {origin.name} is not available.")
-        return await runner(arguments)
+        return await run_guarded(origin.name, runner, arguments)

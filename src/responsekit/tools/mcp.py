@@ -128,7 +128,12 @@ async def add_mcp_servers(
 
 
 def _failure(message: str, code: int = -32603, kind: str = "mcp_protocol_error") -> ToolOutcome:
-    return ToolOutcome("", error=message, data={"error": {"type": kind, "code": code, "message": message}})
+    return ToolOutcome("", error=message, data={"error": call_error(message, code, kind)})
+
+
+def call_error(message: str, code: int = -32603, kind: str = "mcp_protocol_error") -> dict[str, Any]:
+    """The `error` of a failed `mcp_call` item (-32603: JSON-RPC's internal error)."""
+    return {"type": kind, "code": code, "message": message}
 
 
 def _last_listing(history: list[dict[str, Any]], label: str) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...operations import tracing
+from .. import REASON_CHARS
 from ..outbound import UrlPolicy
 from .fetch import FetchError, Page, PageFetcher
 from .providers import Hit, Provider, ProviderName, Query, SearchError, make_provider
@@ -19,6 +20,8 @@ log = logging.getLogger(__name__)
 
 Count = Callable[[str, str, str], None]
 """Counts one operation (`search` or `fetch`) of a provider with its outcome (metrics)."""
+ERROR = "error"
+"""The outcome of a search or page read that raised what it should not have."""
 
 __all__ = ["FetchError", "Hit", "Page", "Query", "SearchError", "WebSearch", "web_search_from"]
 
@@ -54,6 +57,9 @@ class WebSearch:
             self.count("search", self.provider.name, error.outcome)
             log.warning("web search (%s) failed: %s", self.provider.name, error.message)
             raise
+        except Exception as exc:
+            reason = self._unexpected("search", exc)
+            raise SearchError(f"Searching raised an unexpected error on the server ({reason}).", ERROR) from exc
         self.count("search", self.provider.name, "ok")
         return hits
 
@@ -65,8 +71,19 @@ class WebSearch:
         except FetchError as error:
             self.count("fetch", self.provider.name, error.outcome)
             raise
+        except Exception as exc:
+            reason = self._unexpected("fetch", exc)
+            raise FetchError(f"Reading {url} raised an unexpected error on the server ({reason}).", ERROR) from exc
         self.count("fetch", self.provider.name, "ok")
         return page
+
+    def _unexpected(self, operation: str, exc: Exception) -> str:
+        """An exception the provider or the page reader should not have raised (a parser's error, a
+        module missing): logged whole and counted; returns the line the model reads of it. The call
+        fails as any search or page read may, so the model goes on without it."""
+        log.exception("web %s (%s) failed unexpectedly", operation, self.provider.name)
+        self.count(operation, self.provider.name, ERROR)
+        return f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
 
     def health(self) -> dict[str, Any]:
         return {"provider": self.provider.name, "url": self.provider.base_url, "reachable": self.reachable,
