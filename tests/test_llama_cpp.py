@@ -89,7 +89,7 @@ def stream_events(server: EngineServer, **body: Any) -> list[dict[str, Any]]:
 def test_the_model_loads_and_is_served_by_name(engine_server: EngineServer) -> None:
     models = httpx.get(f"{engine_server.base_url}/models").json()["data"]
     assert {"id": "tiny", "object": "model", "created": 0, "owned_by": "llama.cpp", "context_window": 4096,
-            "max_output_tokens": 4096} in models  # fmt: skip
+            "max_output_tokens": 4096, "input_modalities": ["text"]} in models  # fmt: skip
     health = httpx.get(f"{engine_server.url}/health").json()
     assert health["status"] == "ok"
     assert [entry["models"] for entry in health["upstreams"] if entry["kind"] == "llama.cpp (in-process)"] == [["tiny"]]

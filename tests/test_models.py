@@ -125,3 +125,19 @@ def test_unknown_models_trigger_a_refresh(two_engines, monkeypatch):
         first.push(text_exchange("hi"))
         answer = httpx.post(f"{url}/v1/responses", json={"model": "loaded-later", "input": "x"})
         assert answer.status_code == 200
+
+
+@pytest.mark.parametrize("vision_model", [None, "llama-3"])
+def test_the_models_list_tells_which_take_images(two_engines, vision_model):
+    """Images reach a model that reads them, or may (nobody said), or that the vision model
+    describes them for; a model configured text-only, with no vision model, gets notes only."""
+    (_, url_one), (_, url_two) = two_engines
+    settings = Settings(upstreams=[UpstreamConfig(name="coder", base_url=url_one, vision=False),
+                                   UpstreamConfig(name="chat", base_url=url_two)],
+                        aliases={"gpt-5-codex": "qwen3-coder"}, vision_model=vision_model, probe=False)  # fmt: skip
+    with serve(create_app(settings)) as url:
+        models = httpx.get(f"{url}/v1/models").json()["data"]
+        text_only = ["text"] if vision_model is None else ["text", "image"]
+        assert {m["id"]: m["input_modalities"] for m in models} == {
+            "qwen3-coder": text_only, "gpt-5-codex": text_only, "llama-3": ["text", "image"],
+        }  # fmt: skip

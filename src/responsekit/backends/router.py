@@ -62,6 +62,7 @@ class ModelRouter:
         self.engines = [LlamaCppBackend(model) for model in settings.models]
         self.aliases = dict(settings.aliases)
         self.default_model = settings.default_model
+        self._describes_images = settings.vision_model is not None
         self.probing = settings.probe and not settings.upstreams and not settings.models
         self._fallback = settings.default_model_fallback and not settings.upstreams and not settings.models
         self._data_dir = settings.data_dir
@@ -289,17 +290,29 @@ class ModelRouter:
 
     def list_models(self) -> list[dict[str, Any]]:
         """`/v1/models` entries: every upstream model, then every alias that resolves."""
-        entries = [model_entry(name, upstream, name) for name, upstream in self._models.items()]
+        entries = [self._entry(name, upstream, name) for name, upstream in self._models.items()]
         for alias, target in self.aliases.items():
             upstream = self._models.get(target)
             if upstream is not None and alias not in self._models:
-                entries.append(model_entry(alias, upstream, target))
+                entries.append(self._entry(alias, upstream, target))
         return entries
 
     async def entry(self, model: str) -> dict[str, Any]:
         """The `/v1/models` entry of any name a client may ask for (404 when nothing serves it)."""
         backend, target = await self.resolve(model)
-        return model_entry(model, backend, target)
+        return self._entry(model, backend, target)
+
+    def _entry(self, name: str, backend: Backend, target: str) -> dict[str, Any]:
+        """A `/v1/models` entry in OpenAI's shape. Extension fields: the context window of the model
+        `name` stands for and its largest answer (the whole window: a larger maximum is clamped to
+        what the prompt leaves), null when unknown; its `input_modalities`, with images unless it
+        reads text only and no `vision_model` describes them for it (when nobody said, an image is
+        sent and a refusal teaches it), so that an agent told them sends images only where they
+        reach the model."""
+        window = backend.context_window(target)
+        images = self._describes_images or backend.reads_images(target) is not False
+        return {"id": name, "object": "model", "created": 0, "owned_by": backend.name, "context_window": window,
+                "max_output_tokens": window, "input_modalities": ["text", "image"] if images else ["text"]}  # fmt: skip
 
     def _member_state(self, upstream: ChatUpstream) -> dict[str, Any]:
         """A pool member's state for `/health` (nothing for an upstream outside pools)."""
@@ -360,15 +373,6 @@ class ModelRouter:
                 "on its usual port or pass --upstream URL."
             )
         return body
-
-
-def model_entry(name: str, backend: Backend, target: str) -> dict[str, Any]:
-    """A `/v1/models` entry in OpenAI's shape, with the context window of the model `name` stands
-    for and its largest answer (the whole window: a larger maximum is clamped to what the prompt
-    leaves) as extension fields, null when unknown."""
-    window = backend.context_window(target)
-    return {"id": name, "object": "model", "created": 0, "owned_by": backend.name, "context_window": window,
-            "max_output_tokens": window}  # fmt: skip
 
 
 def _serves(backend: Backend, upstream: ChatUpstream) -> bool:
