@@ -73,12 +73,15 @@ def test_results_only_when_included_and_the_chain_remembers_the_search(server, s
     check_response(first)
     search = first["output"][1]
     assert search["type"] == "file_search_call" and search["results"] is None
+    read_then = server.upstream.requests[-1]["messages"][-1]["content"]
     server.upstream.responder = lambda body: text_exchange("Anything else?")
     httpx.post(f"{server.base_url}/responses", json={"model": "test-model", "input": "Thanks", "tools": tools,
                                                      "previous_response_id": first["id"]}, timeout=60)  # fmt: skip
     history = server.upstream.requests[-1]["messages"]
     call = next(m for m in history if m.get("tool_calls"))
     assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == {"queries": ["Which volcano is very active?"]}
+    assert read_then.startswith("[1] volcanoes.md") and "Mount Etna" in read_then
+    assert next(m for m in history if m["role"] == "tool")["content"] == read_then, "the passages the model read"
 
 
 def test_max_tool_calls_bounds_the_loop(server, store):

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from .test_messages import TOOLS as MESSAGE_TOOLS
 from .test_messages import client as anthropic_client
 from .test_messages import stream as messages_stream
 from .test_real_clients import JS, codex_home, run_codex
+from .test_stateless import _until_terminal
 from .test_vector_stores import pdf_with_text
 
 ETNA_HTML = """<!doctype html><html><head><title>Mount Etna</title><script>var tracking = 1;</script>
@@ -486,22 +488,71 @@ def test_replayed_web_search_calls_reach_the_model(server):
         assert messages[-1] == {"role": "user", "content": "Thanks"}
 
 
-@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
-def test_a_stored_search_is_remembered_by_the_next_turn(server):
-    server.upstream.responder = searching(("web_search", {"query": "etna"}))
-    first = httpx.post(f"{server.base_url}/responses", timeout=60, json={
-        "model": "test-model", "input": "Etna?", "include": ["web_search_call.action.sources"],
-        "tools": [{"type": "web_search"}]}).json()  # fmt: skip
-    server.upstream.responder = lambda body: text_exchange("Anything else?")
-    answer = httpx.post(f"{server.base_url}/responses", timeout=60, json={
-        "model": "test-model", "input": "Thanks", "previous_response_id": first["id"], "tools": [{"type": "web_search"}]})
+STORED_CHAINS = ["previous_response_id", "conversation", "background", "websocket"]
+"""How a second turn builds on a first the server kept: its stored response, its conversation, its
+background run's stored end, or a WebSocket's cache (`store: false`)."""
+
+
+def turn(server: Server, chain: str, body: dict[str, Any], first: dict[str, Any] | None, socket: Any) -> dict[str, Any]:
+    """One turn through `chain`, continuing `first` (None: the first turn); its Response."""
+    if chain == "websocket":
+        socket.send({"type": "response.create", **body, "store": False,
+                     **({"previous_response_id": first["id"]} if first else {})})  # fmt: skip
+        return check_stream(list(_until_terminal(socket)))
+    if chain == "conversation":
+        body["conversation"] = first["conversation"]["id"] if first else httpx.post(f"{server.base_url}/conversations",
+                                                                                    json={}).json()["id"]  # fmt: skip
+    elif first:
+        body["previous_response_id"] = first["id"]
+    if chain == "background" and not first:
+        started = httpx.post(f"{server.base_url}/responses", timeout=60, json={**body, "background": True}).json()
+        wait_for(lambda: httpx.get(f"{server.base_url}/responses/{started['id']}").json()["status"] == "completed",
+                 timeout=30)  # fmt: skip
+        return httpx.get(f"{server.base_url}/responses/{started['id']}").json()
+    answer = httpx.post(f"{server.base_url}/responses", timeout=60, json=body)
+    assert answer.status_code == 200, answer.text
     check_response(answer.json())
+    return answer.json()
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+@pytest.mark.parametrize("chain", STORED_CHAINS)
+def test_a_stored_search_is_remembered_by_the_next_turn(server, site, chain):
+    """The next turn's model reads each call as the first turn's did: the results' titles, URLs and
+    text, the page, the matches, the error; the items a client reads back stay the spec's."""
+    page = f"{site.url}/etna.html"
+    server.upstream.responder = searching(("web_search", {"query": "etna"}), ("web_open_page", {"url": page}),
+                                          ("web_find_in_page", {"url": page, "pattern": "UNESCO"}),
+                                          ("web_open_page", {"url": f"{site.url}/binary"}))  # fmt: skip
+    tools = [{"type": "web_search"}]
+    with server.client().responses.connect() if chain == "websocket" else nullcontext() as socket:
+        first = turn(server, chain, {"model": "test-model", "input": "Etna?", "tools": tools}, None, socket)
+        read_then = tool_outputs(server.upstream)
+        server.upstream.responder = lambda body: text_exchange("Anything else?")
+        second = turn(server, chain, {"model": "test-model", "input": "Thanks", "tools": tools}, first, socket)
+    assert second["output_text"] == "Anything else?"
     messages = server.upstream.requests[-1]["messages"]
-    call = next(m for m in messages if m.get("tool_calls"))
-    assert call["tool_calls"][0]["function"] == {"name": "web_search", "arguments": '{"query": "etna"}'}
-    assert next(m for m in messages if m["role"] == "tool")["content"].startswith("Sources found:\n- http://127.0.0.1")
-    page = httpx.get(f"{server.url}/ui/responses/{first['id']}").text  # the inspector shows the search
-    assert "web search" in page and ">etna<" in page and "/etna.html" in page
+    calls = [call["function"] for m in messages for call in m.get("tool_calls") or ()]
+    assert calls == [{"name": "web_search", "arguments": '{"query": "etna"}'},
+                     {"name": "web_open_page", "arguments": json.dumps({"url": page})},
+                     {"name": "web_find_in_page", "arguments": json.dumps({"url": page, "pattern": "UNESCO"})},
+                     {"name": "web_open_page", "arguments": json.dumps({"url": f"{site.url}/binary"})}]  # fmt: skip
+    assert [m["content"] for m in messages if m["role"] == "tool"] == read_then
+    search, opened, found, refused = read_then
+    assert search.startswith(f"[1] Mount Etna\nURL: {page}\nEtna in Sicily is one of the most active volcanoes.")
+    assert "[3] Kilauea\nURL: https://volcanoes.example.org/kilauea\nKilauea erupted from 1983 to 2018." in search
+    assert "It erupts every few years" in opened and "UNESCO World Heritage Site since 2013" in found
+    assert refused.startswith("Error: The page could not be read:") and "application/octet-stream" in refused
+    if chain == "websocket":
+        return
+    searches = [item for item in first["output"] if item["type"] == "web_search_call"]
+    assert [set(item) for item in searches] == [{"id", "type", "status", "action"}] * 4, "what was read is kept aside"
+    listed = (httpx.get(f"{server.base_url}/conversations/{first['conversation']['id']}/items?order=asc").json()["data"]
+              if chain == "conversation" else
+              httpx.get(f"{server.base_url}/responses/{second['id']}/input_items?order=asc").json()["data"])  # fmt: skip
+    assert [item for item in listed if item["type"] == "web_search_call"] == searches
+    inspected = httpx.get(f"{server.url}/ui/responses/{first['id']}").text  # the inspector shows the search
+    assert "web search" in inspected and ">etna<" in inspected and "/etna.html" in inspected
 
 
 def test_codex_request_searches(server, engine):

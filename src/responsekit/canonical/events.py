@@ -85,6 +85,11 @@ class ToolResult:
     error: str | None = None
     data: dict[str, Any] | None = None
 
+    @property
+    def read(self) -> str:
+        """What the model reads of it: the output, or the error after `Error: `."""
+        return f"Error: {self.error}" if self.error else self.output
+
 
 @dataclass(slots=True)
 class Usage:

@@ -17,6 +17,7 @@ from ..canonical.ids import new_id
 from ..canonical.server_tools import NAMESPACE as WEB
 from ..canonical.server_tools import call_of
 from ..canonical.toolset import CUSTOM_INPUT, ToolSet
+from ..store import MODEL_READ
 from ..tools.file_search import format_results
 
 log = logging.getLogger(__name__)
@@ -130,18 +131,21 @@ class _HistoryBuilder:
         self.messages.append(Message("tool", [TextPart(result)], tool_call_id=call_id))
 
     def _file_search_call(self, item: dict[str, Any]) -> None:
-        """A search the server ran: the model sees its queries and the results (when kept)."""
+        """A search the server ran: the model sees its queries and the results: as it read them
+        when the store kept that, else as far as the item keeps them."""
         call_id = str(item.get("id") or new_id("call"))
         arguments = json.dumps({"queries": item.get("queries") or []}, ensure_ascii=False)
         turn = self._assistant_turn(allow_append=True)
         turn.tool_calls.append(ToolCall(call_id, self.toolset.model_name("file_search"), arguments))
         results = item.get("results")
-        text = format_results(results) if results else "The results of this search were not kept."
+        text = _model_read(item) or (format_results(results) if results else "The results of this search were not kept.")
         self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
 
     def _web_search_call(self, item: dict[str, Any]) -> None:
         """A web search that ran (here, or on OpenAI's servers for a thread begun there): the model
-        sees the call and what it found, as far as the item keeps it (its sources, when included)."""
+        sees the call and what it found. A call this server stored comes with what the model read
+        then (the results' titles, URLs and text, the page's text); one a client replays, with what
+        the item keeps (its sources, when included)."""
         call_id = str(item.get("id") or new_id("call"))
         action = item.get("action") if isinstance(item.get("action"), dict) else {}
         function, arguments = call_of(action)
@@ -150,7 +154,9 @@ class _HistoryBuilder:
             name = function  # web search is not offered now: the call keeps its plain name
         self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(call_id, name, arguments))
         sources = [s.get("url") for s in action.get("sources") or () if isinstance(s, dict) and s.get("url")]
-        if item.get("status") == "failed":
+        if read := _model_read(item):
+            text = read
+        elif item.get("status") == "failed":
             text = "This web search failed."
         elif sources:
             text = "Sources found:\n" + "\n".join(f"- {url}" for url in sources)
@@ -212,6 +218,12 @@ def _answer_every_call(messages: list[Message]) -> list[Message]:
         unanswered += [call for call in message.tool_calls if call.id not in answered]
     out.extend(_no_output(call) for call in unanswered)
     return out
+
+
+def _model_read(item: dict[str, Any]) -> str | None:
+    """What the model read as a server-run call's result, as the store kept it (`MODEL_READ`)."""
+    read = item.get(MODEL_READ)
+    return read if isinstance(read, str) and read else None
 
 
 def _no_output(call: ToolCall) -> Message:

@@ -33,7 +33,7 @@ from ..canonical.server_tools import ServerToolSpecs
 from ..canonical.toolset import ToolSet
 from ..operations import tracing
 from ..operations.logs import request_id
-from ..store import Store
+from ..store import MODEL_READ, Store
 from ..tools import ServerTools, run_guarded
 from ..tools.mcp import McpServer, call_error
 from .assist import compaction_summary, summarize_reasoning
@@ -102,8 +102,12 @@ class Prepared:
         return self.renderer.response
 
     def continuation(self) -> list[dict[str, Any]]:
-        """The items a next turn continuing this response builds on."""
-        return self.history + self.inputs + self.response["output"]
+        """The items a next turn continuing this response builds on, as the store gives them
+        (`Store.history`: each server-run call with what the model read of it)."""
+        reads = self.renderer.reads
+        outputs = [{**item, MODEL_READ: reads[item["id"]]} if item["id"] in reads else item
+                   for item in self.response["output"]]  # fmt: skip
+        return self.history + self.inputs + outputs
 
 
 def _affinity_key(
@@ -195,7 +199,7 @@ class Orchestrator:
             if await self.store.get_conversation(owner, request.conversation_id) is None:
                 raise APIError(404, f"Conversation with id '{request.conversation_id}' not found.",
                                param="conversation", code="conversation_not_found")  # fmt: skip
-            return await self.store.conversation_items(request.conversation_id)
+            return await self.store.conversation_items(request.conversation_id, model_reads=True)
         return []
 
     async def _resolve_references(self, items: list[Any], owner: str) -> list[Any]:
@@ -365,10 +369,11 @@ class Orchestrator:
         if prepared.timeline is not None:  # a stored response (`prepare` makes its timeline)
             await self.store.save_response(
                 prepared.owner, prepared.response, prepared.inputs, conversation, request_id=request_id(),
-                timeline=prepared.timeline.record(),
+                timeline=prepared.timeline.record(), reads=prepared.renderer.reads,
             )
         elif conversation:
-            await self.store.add_conversation_items(conversation, prepared.inputs + prepared.response["output"])
+            await self.store.add_conversation_items(conversation, prepared.inputs + prepared.response["output"],
+                                                    prepared.renderer.reads)  # fmt: skip
 
     # --- in the background --------------------------------------------------------------
 
@@ -407,7 +412,7 @@ class Orchestrator:
             async with run.lock:
                 events, run.pending = run.pending, []
             finish = self.store.finish_response(
-                renderer.response, events, prepared.request.conversation_id, timeline.record()
+                renderer.response, events, prepared.request.conversation_id, timeline.record(), renderer.reads
             )
             run.stored = await asyncio.shield(finish)  # followers see the end once it is stored
 

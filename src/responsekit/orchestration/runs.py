@@ -60,6 +60,9 @@ class ResponseRendering(Renderer, Protocol):
 
     response: dict[str, Any]
     """The Response object the events fold into."""
+    reads: dict[str, str]
+    """Item id -> what the model read of that server-run call, where its item does not keep it
+    (`store.MODEL_READ`)."""
 
     def add_ready_item(self, item: dict[str, Any]) -> None: ...
 

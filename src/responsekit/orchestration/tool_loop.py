@@ -76,10 +76,10 @@ async def with_server_tools(
             else:  # not offered this time (`allowed_tools`), whatever the model made of its history
                 outcome = ToolOutcome("", error=f"The tool {start.name} is not among the tools allowed for this request.")
             calls_run += 1
-            yield ToolResult(index, outcome.output, outcome.error, outcome.data)
+            result = ToolResult(index, outcome.output, outcome.error, outcome.data)
+            yield result
             calls.append(ToolCall(start.id, start.name, arguments))
-            result = f"Error: {outcome.error}" if outcome.error else outcome.output
-            answers.append(Message("tool", [TextPart(result)], tool_call_id=start.id))
+            answers.append(Message("tool", [TextPart(result.read)], tool_call_id=start.id))
         if client_call or finish.reason == "length":
             yield Finish("tool_calls" if client_call else finish.reason)
             return

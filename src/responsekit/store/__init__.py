@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,14 @@ EVENTS_CHANNEL = "responsekit_events"
 """Notified with a background response's id when its stored events grow."""
 CANCEL_CHANNEL = "responsekit_cancel"
 """Notified with a background response's id when a client asks to cancel it."""
+MODEL_READ = "_model_read"
+"""The key under which `history` and `conversation_items` give a server-run call's item what the
+model read as its result, when the item keeps none (a `web_search_call` has its action only): kept
+in the item's row beside its body, so that the item a client lists stays the spec's, and a stored
+chain brings the model what the call found."""
+
+Reads = Mapping[str, str]
+"""Item id -> what the model read as that server-run call's result (`MODEL_READ`)."""
 
 
 @dataclass(slots=True)
@@ -134,21 +142,22 @@ class Store:
 
     async def save_response(
         self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], conversation_id: str | None = None,
-        request_id: str | None = None, timeline: dict[str, Any] | None = None,
+        request_id: str | None = None, timeline: dict[str, Any] | None = None, reads: Reads | None = None,
     ) -> None:
         """A finished response, its input and output items (and the conversation's new items): all or nothing.
 
         `request_id` is the `x-request-id` of the request that created it (`request_id()`),
-        `timeline` when its events went out (`Timeline.record()`), for the inspector.
+        `timeline` when its events went out (`Timeline.record()`), for the inspector; `reads`
+        what the model read of its server-run calls (`MODEL_READ`).
         """
         with tracing.span("store save_response", {"db.operation.name": "save_response"}):
             async with self.database.transaction() as db:
                 await self._insert_response(
                     db, owner, response, inputs, lease_until_ms=None, request_id=request_id, timeline=timeline
                 )
-                await self._insert_outputs(db, response, offset=len(inputs))
+                await self._insert_outputs(db, response, offset=len(inputs), reads=reads)
                 if conversation_id:
-                    await self._append_conversation(db, conversation_id, inputs + response["output"])
+                    await self._append_conversation(db, conversation_id, inputs + response["output"], reads)
 
     async def start_response(
         self, owner: str, response: dict[str, Any], inputs: list[dict[str, Any]], lease_until_ms: int,
@@ -169,9 +178,10 @@ class Store:
 
     async def finish_response(
         self, response: dict[str, Any], events: list[tuple[int, str]], conversation_id: str | None = None,
-        timeline: dict[str, Any] | None = None,
+        timeline: dict[str, Any] | None = None, reads: Reads | None = None,
     ) -> bool:
-        """A background response's end: status, outputs, last events and conversation items together.
+        """A background response's end: status, outputs (and what the model read of its server-run
+        calls, `MODEL_READ`), last events and conversation items together.
 
         Returns False (and writes nothing) when the response is no longer running, e.g.
         when another replica already marked it failed.
@@ -192,11 +202,11 @@ class Store:
                     "UPDATE responses SET status = ?, body = ?, lease_until_ms = NULL, timeline = ? WHERE id = ?",
                     response["status"], _dumps(response), _dumps(timeline) if timeline else None, response["id"],
                 )  # fmt: skip
-                await self._insert_outputs(db, response, offset=len(inputs))
+                await self._insert_outputs(db, response, offset=len(inputs), reads=reads)
                 await self._insert_events(db, response["id"], events)
                 await db.notify(EVENTS_CHANNEL, response["id"])
                 if conversation_id:
-                    await self._append_conversation(db, conversation_id, inputs + response["output"])
+                    await self._append_conversation(db, conversation_id, inputs + response["output"], reads)
         return True
 
     async def _insert_response(
@@ -214,8 +224,8 @@ class Store:
         )  # fmt: skip
         await _insert_items(db, response["id"], inputs, offset=0, output=False)
 
-    async def _insert_outputs(self, db: Connection, response: dict[str, Any], offset: int) -> None:
-        await _insert_items(db, response["id"], response["output"], offset=offset, output=True)
+    async def _insert_outputs(self, db: Connection, response: dict[str, Any], offset: int, reads: Reads | None) -> None:
+        await _insert_items(db, response["id"], response["output"], offset=offset, output=True, reads=reads)
 
     async def get_response(self, owner: str, response_id: str) -> dict[str, Any] | None:
         row = await self.database.fetchrow(
@@ -240,27 +250,28 @@ class Store:
         return True
 
     async def history(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
-        """The items a continuation of this response builds on: every input and output of its chain."""
+        """The items a continuation of this response builds on: every input and output of its chain,
+        each server-run call with what the model read of it (`MODEL_READ`)."""
         rows = await self._chain(owner, response_id)
-        return None if rows is None else [json.loads(body) for _, _, body in rows]
+        return None if rows is None else [_with_read(body, read) for _, _, body, read in rows]
 
     async def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
         """The items used to generate this response: its chain's items and its own inputs."""
         rows = await self._chain(owner, response_id)
         if rows is None:
             return None
-        return [json.loads(body) for rid, output, body in rows if not (rid == response_id and output)]
+        return [json.loads(body) for rid, output, body, _ in rows if not (rid == response_id and output)]
 
-    async def _chain(self, owner: str, response_id: str) -> list[tuple[str, bool, str]] | None:
+    async def _chain(self, owner: str, response_id: str) -> list[tuple[str, bool, str, str | None]] | None:
         rows = await self.database.fetch(
-            _CHAIN + """SELECT chain.id, chain.depth, items.output, items.body
+            _CHAIN + """SELECT chain.id, chain.depth, items.output, items.body, items.model_read
                FROM chain LEFT JOIN response_items items ON items.response_id = chain.id
                ORDER BY chain.depth DESC, items.position ASC""",
             response_id, owner, owner,
         )  # fmt: skip
         if not rows:
             return None
-        return [(row[0], bool(row[2]), row[3]) for row in rows if row[3] is not None]
+        return [(row[0], bool(row[2]), row[3], row[4]) for row in rows if row[3] is not None]
 
     async def find_items(self, owner: str, item_ids: list[str]) -> dict[str, dict[str, Any]]:
         """Stored items by id (for `item_reference`), from responses and conversations of this owner."""
@@ -493,11 +504,17 @@ class Store:
             await db.execute("DELETE FROM conversations WHERE id = ?", conversation_id)
         return True
 
-    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]]) -> None:
+    async def add_conversation_items(
+        self, conversation_id: str, items: list[dict[str, Any]], reads: Reads | None = None
+    ) -> None:
+        """`items` at the conversation's end (`reads`: what the model read of the server-run calls
+        among them, `MODEL_READ`)."""
         async with self.database.transaction() as db:
-            await self._append_conversation(db, conversation_id, items)
+            await self._append_conversation(db, conversation_id, items, reads)
 
-    async def _append_conversation(self, db: Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:
+    async def _append_conversation(
+        self, db: Connection, conversation_id: str, items: list[dict[str, Any]], reads: Reads | None = None
+    ) -> None:
         # Lock the conversation so concurrent appends get distinct positions.
         await db.fetchrow(f"SELECT id FROM conversations WHERE id = ?{self._for_update}", conversation_id)
         row = await db.fetchrow(
@@ -506,10 +523,12 @@ class Store:
         start = int(row[0]) if row else 0
         await self._check_new(db, conversation_id, [item["id"] for item in items])
         if items:
+            reads = reads or {}
             await db.executemany(
-                "INSERT INTO conversation_items (conversation_id, position, item_id, body) VALUES (?, ?, ?, ?)",
-                [(conversation_id, start + i + 1, item["id"], _dumps(item)) for i, item in enumerate(items)],
-            )
+                "INSERT INTO conversation_items (conversation_id, position, item_id, body, model_read) VALUES (?, ?, ?, ?, ?)",
+                [(conversation_id, start + i + 1, item["id"], _dumps(item), reads.get(item["id"]))
+                 for i, item in enumerate(items)],
+            )  # fmt: skip
 
     async def _check_new(self, db: Connection, conversation_id: str, ids: list[str]) -> None:
         """DuplicateItem for an id the conversation holds or the list repeats, checked under the
@@ -527,11 +546,13 @@ class Store:
             if row is not None:
                 raise DuplicateItem(row[0])
 
-    async def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
+    async def conversation_items(self, conversation_id: str, *, model_reads: bool = False) -> list[dict[str, Any]]:
+        """The conversation's items; with `model_reads`, as the model reads them: each server-run call
+        with what the model read of it (`MODEL_READ`)."""
         rows = await self.database.fetch(
-            "SELECT body FROM conversation_items WHERE conversation_id = ? ORDER BY position", conversation_id
+            "SELECT body, model_read FROM conversation_items WHERE conversation_id = ? ORDER BY position", conversation_id
         )
-        return [json.loads(row[0]) for row in rows]
+        return [_with_read(body, read if model_reads else None) for body, read in rows]
 
     async def conversation_page(
         self, conversation_id: str, after: str | None, limit: int, order: Literal["asc", "desc"]
@@ -582,13 +603,23 @@ class Store:
 
 
 async def _insert_items(
-    db: Connection, response_id: str, items: list[dict[str, Any]], offset: int, output: bool
+    db: Connection, response_id: str, items: list[dict[str, Any]], offset: int, output: bool, reads: Reads | None = None
 ) -> None:
     if items:
+        reads = reads or {}
         await db.executemany(
-            "INSERT INTO response_items (response_id, position, output, item_id, body) VALUES (?, ?, ?, ?, ?)",
-            [(response_id, offset + i, output, item["id"], _dumps(item)) for i, item in enumerate(items)],
-        )
+            "INSERT INTO response_items (response_id, position, output, item_id, body, model_read) VALUES (?, ?, ?, ?, ?, ?)",
+            [(response_id, offset + i, output, item["id"], _dumps(item), reads.get(item["id"]))
+             for i, item in enumerate(items)],
+        )  # fmt: skip
+
+
+def _with_read(body: str, read: str | None) -> dict[str, Any]:
+    """A stored item, with what the model read of it under `MODEL_READ` when that was kept."""
+    item: dict[str, Any] = json.loads(body)
+    if read is not None:
+        item[MODEL_READ] = read
+    return item
 
 
 def _now_ms() -> int:

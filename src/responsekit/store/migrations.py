@@ -182,6 +182,11 @@ MIGRATIONS: list[list[Statement]] = [
     [  # 10: a key's weight when busy engines are shared in turn (`backends/fairness.py`)
         "ALTER TABLE api_keys ADD COLUMN weight DOUBLE PRECISION NOT NULL DEFAULT 1",
     ],
+    [  # 11: what the model read of a server-run call whose item keeps no result (a web search's
+        # results, a page's text), beside the item (`store.MODEL_READ`)
+        "ALTER TABLE response_items ADD COLUMN model_read TEXT",
+        "ALTER TABLE conversation_items ADD COLUMN model_read TEXT",
+    ],
 ]
 
 

@@ -104,6 +104,9 @@ class ResponseRenderer:
         """Server-run calls whose arguments are complete, waiting for their result."""
         self._citations: dict[int, dict[str, Any]] = {}
         """Search results the answer may cite as `[n]`, by n."""
+        self.reads: dict[str, str] = {}
+        """Item id -> what the model read of that file or web search, which its item does not keep
+        (stored beside it, for the model of a later turn)."""
         self._sequence = first_sequence
         self._ready: list[dict[str, Any]] = []
         self._items: list[dict[str, Any] | None] = []
@@ -460,6 +463,8 @@ class ResponseRenderer:
             return
         item, data = call.item, result.data or {}
         where = {"item_id": item["id"], "output_index": call.output_index}
+        if call.kind in ("file_search", "web_search"):
+            self.reads[item["id"]] = result.read
         if call.kind == "file_search":
             self._citations.update(data.get("citations", {}))
             item["status"] = "failed" if result.error else "completed"
