@@ -8,7 +8,7 @@ import threading
 import httpx
 import openai
 import pytest
-from openai.types.responses import CompactedResponse
+from openai.types.responses import CompactedResponse, ResponseCompactionItem
 
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
@@ -169,6 +169,73 @@ def test_context_management_compacts_past_the_threshold(server):
     assert [m["content"] for m in server.upstream.requests[-1]["messages"]] == [
         "Summary of the conversation so far:\nSummary: asked twice about colors.", "Blue.", "One more?",
     ]  # fmt: skip
+
+
+def test_a_compaction_trigger_answers_exactly_one_compaction_item(server, tmp_path, caplog):
+    """Codex's remote compaction (v2): the history ends with a `compaction_trigger`; the stream holds
+    one `compaction` item, and that item replayed reaches the model as the summary."""
+    server.upstream.push(text_exchange("Booked flights."),
+                         text_exchange("The user plans a Paris trip; flights and a hotel are booked.",
+                                       reasoning="Summarize."))  # fmt: skip
+    first = create(server.base_url, input="Plan my Paris trip.", instructions="You are a travel agent.")
+    tools = [{"type": "function", "name": "book", "parameters": {"type": "object"}}]
+    body = {"model": "test-model", "stream": True, "previous_response_id": first["id"], "tools": tools,
+            "instructions": "You are a travel agent.",
+            "input": [{"role": "user", "content": "And a hotel?"}, {"role": "assistant", "content": "Booked one."},
+                      {"type": "compaction_trigger"}]}  # fmt: skip
+    with httpx.stream("POST", f"{server.base_url}/responses", json=body, timeout=30) as answer:
+        events, done = read_sse(answer.iter_lines())
+    response = check_stream(events)
+    assert done and [e["type"] for e in events if e["type"] != "response.compaction.compacting"] == [
+        "response.created", "response.in_progress", "response.output_item.added", "response.output_item.done",
+        "response.completed"]  # fmt: skip
+    (item,) = response["output"]
+    ResponseCompactionItem.model_validate(item, strict=True)
+    assert item["type"] == "compaction" and item["id"].startswith("cmp_") and "Paris" not in item["encrypted_content"]
+    assert response["usage"]["input_tokens"] == 10 and response["usage"]["output_tokens"] == 5
+    summarizing = server.upstream.requests[-1]
+    assert "tools" not in summarizing and summarizing["messages"][0]["content"].startswith("You are compacting")
+    transcript = summarizing["messages"][1]["content"]
+    assert transcript.startswith("[User]\nPlan my Paris trip.") and transcript.endswith("[Assistant]\nBooked one.")
+    assert "travel agent" not in transcript, "the instructions, sent each turn, are not summarized"
+
+    # Codex's next turn: the user messages it keeps, the compaction item, the new question.
+    server.upstream.push(text_exchange("Pack light."))
+    retained = [{"role": "user", "content": "Plan my Paris trip."}, {"role": "user", "content": "And a hotel?"}]
+    create(server.base_url, instructions="You are a travel agent.", store=False,
+           input=[*retained, item, {"role": "user", "content": "What should I pack?"}])  # fmt: skip
+    assert server.upstream.requests[-1]["messages"] == [
+        {"role": "system", "content": "You are a travel agent.\n\nSummary of the conversation so far:\n"
+                                      "The user plans a Paris trip; flights and a hotel are booked."},
+        {"role": "user", "content": "What should I pack?"},
+    ]  # fmt: skip
+
+    # Sealed by another server: a logged skip, as any blob that does not authenticate.
+    foreign = Sealer(rotate_keys(tmp_path / "other-server")).seal("compaction", "forged summary")
+    server.upstream.push(text_exchange("ok"))
+    create(server.base_url, store=False, input=[{"type": "compaction", "id": "cmp_1", "encrypted_content": foreign},
+                                                {"role": "user", "content": "Go on."}])  # fmt: skip
+    assert server.upstream.requests[-1]["messages"] == [{"role": "user", "content": "Go on."}]
+    assert any("does not authenticate" in record.getMessage() for record in caplog.records)
+
+
+def test_a_compaction_trigger_without_streaming_and_out_of_place(server):
+    server.upstream.push(text_exchange("A summary."))
+    history = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi!"}]
+    compacted = create(server.base_url, input=[*history, {"type": "compaction_trigger"}], store=False)
+    assert [item["type"] for item in compacted["output"]] == ["compaction"] and compacted["output_text"] == ""
+
+    misplaced = httpx.post(f"{server.base_url}/responses", json={
+        "model": "test-model", "input": [{"type": "compaction_trigger"}, *history]})  # fmt: skip
+    assert misplaced.status_code == 400 and misplaced.json()["error"]["param"] == "input[0]"
+    empty = httpx.post(f"{server.base_url}/responses", json={
+        "model": "test-model", "instructions": "Be brief.", "input": [{"type": "compaction_trigger"}]})  # fmt: skip
+    assert empty.status_code == 400 and empty.json()["error"]["param"] == "input"
+
+    server.upstream.push(text_exchange(""))  # a model that writes no summary fails the response
+    failed = httpx.post(f"{server.base_url}/responses", json={
+        "model": "test-model", "input": [*history, {"type": "compaction_trigger"}]})  # fmt: skip
+    assert failed.status_code == 502 and "no summary" in failed.json()["error"]["message"]
 
 
 def test_truncation_auto_drops_the_oldest_turns_on_overflow(server):

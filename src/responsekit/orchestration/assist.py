@@ -29,6 +29,7 @@ COMPACTION_PROMPT = (
     "matter (paths, names, numbers, errors), the current state of the work and what remains to do. "
     "Be complete but concise. Reply with the summary only."
 )
+NO_SUMMARY = "The model returned no summary to compact the conversation with."
 
 
 async def ask(
@@ -39,13 +40,7 @@ async def ask(
     A failure ends the stream early with a warning: what this feeds is optional extra.
     """
     upstream, upstream_model = await router.resolve(model)
-    request = GenerationRequest(
-        model=upstream_model,
-        messages=[Message("system", [TextPart(instruction)]), Message("user", [TextPart(text)])],
-        max_output_tokens=max_tokens,
-        reasoning_effort="none",
-    )
-    async for event in tracing.generate(upstream, request):
+    async for event in tracing.generate(upstream, instruction_request(upstream_model, instruction, text, max_tokens)):
         if isinstance(event, TextDelta):
             yield event.text
         elif isinstance(event, Usage):
@@ -53,6 +48,16 @@ async def ask(
         elif isinstance(event, Error):
             log.warning("model %s could not answer a %s request: %s", model, instruction[:40], event.message)
             return
+
+
+def instruction_request(model: str, instruction: str, text: str, max_tokens: int = 2048) -> GenerationRequest:
+    """One instruction about one text, for a model already routed (`model` is the engine's name)."""
+    return GenerationRequest(
+        model=model,
+        messages=[Message("system", [TextPart(instruction)]), Message("user", [TextPart(text)])],
+        max_output_tokens=max_tokens,
+        reasoning_effort="none",
+    )
 
 
 async def summarize_reasoning(router: ModelRouter, model: str, detail: str, reasoning: str) -> AsyncIterator[str]:
@@ -72,6 +77,12 @@ async def compaction_summary(router: ModelRouter, model: str, messages: Iterable
         else:
             parts.append(piece)
     return "".join(parts).strip(), usage
+
+
+def compaction_request(model: str, messages: Iterable[Message]) -> GenerationRequest:
+    """The request that summarizes a conversation, for a model already routed: the generation
+    that answers a `compaction_trigger` is this one (`Orchestrator.prepare`)."""
+    return instruction_request(model, COMPACTION_PROMPT, transcript(messages))
 
 
 def transcript(messages: Iterable[Message]) -> str:

@@ -36,7 +36,7 @@ from ..operations.logs import request_id
 from ..store import MODEL_READ, Store
 from ..tools import ServerTools, run_guarded
 from ..tools.mcp import McpServer, call_error
-from .assist import compaction_summary, summarize_reasoning
+from .assist import NO_SUMMARY, compaction_request, compaction_summary, summarize_reasoning
 from .flights import Flights
 from .history import translate_items
 from .items import normalize_items
@@ -77,6 +77,9 @@ class ResponseRequest:
     truncation: bool = False
     """Retry without the oldest turn when the context overflows (`truncation: auto`)."""
     compact_threshold: int | None = None
+    compaction: bool = False
+    """Answer with the history's summary sealed into one `compaction` item, not with the model's
+    answer (the input ended with a `compaction_trigger`: Codex's remote compaction)."""
     reasoning_summary: str | None = None
     """The detail of the reasoning summaries asked for, if any."""
 
@@ -165,20 +168,46 @@ class Orchestrator:
         if history:
             _check_tool_outputs(history, inputs)
         pipeline = self.pipeline
+        specs = ServerToolSpecs() if request.compaction else request.server_tools
         # A copy: the request's own stays as translated (its leading messages, for compaction).
-        turn = await pipeline.open(replace(request.generation), request.server_tools, owner, request.toolset, history)
-        items = await _answer_approvals(history + inputs, turn.mcp_servers or {}, turn.server_tools)
-        turn.generation.messages = self._messages(request, turn.toolset, items)
-        turn.generation.affinity_key = _affinity_key(request, history, inputs)
-        await pipeline.attach(turn, owner)
+        turn = await pipeline.open(replace(request.generation), specs, owner, request.toolset, history)
+        if request.compaction:
+            await self._summarizing(turn, history + inputs, owner)
+        else:
+            await self._conversing(turn, request, history, inputs, owner)
         renderer = request.renderer(turn.toolset)
         for item in turn.server_tools.ready_items:
             renderer.add_ready_item(item)
         prepared = Prepared(request, owner, history, inputs, renderer, turn, timeline)
-        await self._compact_if_needed(prepared)
+        if not request.compaction:
+            await self._compact_if_needed(prepared)
         if caller is not None:
             await pipeline.admit(turn, caller)
         return prepared
+
+    async def _conversing(self, turn: Turn, request: ResponseRequest, history: list[dict[str, Any]],
+                          inputs: list[dict[str, Any]], owner: str) -> None:  # fmt: skip
+        """The turn's conversation: the history and the input, MCP approvals answered, attachments
+        made what the model reads."""
+        items = await _answer_approvals(history + inputs, turn.mcp_servers or {}, turn.server_tools)
+        turn.generation.messages = self._messages(request, turn.toolset, items)
+        turn.generation.affinity_key = _affinity_key(request, history, inputs)
+        await self.pipeline.attach(turn, owner)
+
+    async def _summarizing(self, turn: Turn, items: list[dict[str, Any]], owner: str) -> None:
+        """The turn of a `compaction_trigger`: the model summarizes `items` (the instructions the
+        client sends each turn left out), and the renderer seals the summary into the one
+        `compaction` item that answers (Codex's remote compaction v2 wants exactly one:
+        https://github.com/openai/codex/blob/main/codex-rs/core/src/compact_remote_v2.rs)."""
+        messages = await self._readable([item for item in items if not _instructions(item)], owner)
+        if not messages:
+            raise APIError(400, "Nothing to compact: the input holds no conversation before `compaction_trigger`.",
+                           param="input", code="invalid_value")  # fmt: skip
+        turn.generation = compaction_request(turn.generation.model, messages)
+
+    async def _readable(self, items: list[dict[str, Any]], owner: str | None) -> list[Message]:
+        """`items` as a summarizer reads them: sealed blobs opened, documents and images as text."""
+        return await self.pipeline.attachments.in_text(translate_items(self.for_model(items), ToolSet()), owner)
 
     def _messages(self, request: ResponseRequest, toolset: ToolSet, items: list[dict[str, Any]]) -> list[Message]:
         """The conversation the model reads: the request's leading messages, then `items`."""
@@ -222,9 +251,8 @@ class Orchestrator:
     def for_model(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The items as the model reads them: sealed blobs opened, compacted turns left out.
 
-        The last compaction item that opens stands for everything before it but the
-        instructions (system and developer messages, which clients resend each turn);
-        one that does not open is skipped like any odd item.
+        The last compaction item that opens stands for what comes before it but what
+        `_outlasting` keeps; one that does not open is skipped like any odd item.
         """
         summaries = {
             position: self.sealer.open("compaction", str(item.get("encrypted_content", "")))
@@ -232,10 +260,11 @@ class Orchestrator:
             if item.get("type") == "compaction"
         }
         last = max((position for position, summary in summaries.items() if summary), default=-1)
+        kept = _outlasting(items, last) if last >= 0 else set()
         out = []
         for position, item in enumerate(items):
             kind = item.get("type")
-            if position < last and not (kind == "message" and item.get("role") in ("system", "developer")):
+            if position < last and position not in kept:
                 continue
             if kind == "compaction":
                 if summaries[position]:
@@ -256,11 +285,9 @@ class Orchestrator:
     ) -> tuple[dict[str, Any], Usage]:
         """One compaction item standing for `items`: their summary, sealed (documents and images
         summarized as the text they read as)."""
-        messages = await self.pipeline.attachments.in_text(translate_items(self.for_model(items), ToolSet()), owner)
-        summary, usage = await compaction_summary(self.pipeline.router, model, messages)
+        summary, usage = await compaction_summary(self.pipeline.router, model, await self._readable(items, owner))
         if not summary:
-            raise APIError(502, "The model returned no summary to compact the conversation with.",
-                           type="server_error", code="server_error")  # fmt: skip
+            raise APIError(502, NO_SUMMARY, type="server_error", code="server_error")
         item = {"type": "compaction", "id": new_id("cmp"), "encrypted_content": self.sealer.seal("compaction", summary)}
         return item, usage
 
@@ -275,8 +302,7 @@ class Orchestrator:
         log.info("compacting the history of %s: %d tokens > %d", prepared.response["id"], tokens, threshold)
         request = prepared.request
         item, _ = await self.compaction_item(request.generation.model, prepared.history + prepared.inputs, prepared.owner)
-        instructions = [i for i in prepared.history if i.get("type") == "message" and i.get("role") in
-                        ("system", "developer")]  # fmt: skip
+        instructions = [item for item in prepared.history if _instructions(item)]
         turn = prepared.turn
         turn.generation = replace(turn.generation,
                                   messages=self._messages(request, turn.toolset, [*instructions, item, *prepared.inputs]))
@@ -452,6 +478,28 @@ async def _answer_approvals(
             call.update(error=call_error(message, code=-32000), status="failed")
         out.append(call)
     return out
+
+
+def _outlasting(items: list[dict[str, Any]], compaction: int) -> set[int]:
+    """The positions before the compaction item at `compaction` that it does not stand for: the
+    instructions (system and developer messages, which clients resend each turn) and, when no user
+    message follows the item, the last user message before it, the request at hand. Codex's remote
+    compaction keeps the user's messages before the item it got and goes on with the turn from
+    there (`build_v2_compacted_history` in
+    https://github.com/openai/codex/blob/main/codex-rs/core/src/compact_remote_v2.rs): without that
+    message the model would read instructions alone, which some chat templates refuse."""
+    kept = {position for position in range(compaction) if _instructions(items[position])}
+    if not any(_from_user(item) for item in items[compaction + 1 :]):
+        kept.update([position for position in range(compaction) if _from_user(items[position])][-1:])
+    return kept
+
+
+def _instructions(item: dict[str, Any]) -> bool:
+    return item.get("type") == "message" and item.get("role") in ("system", "developer")
+
+
+def _from_user(item: dict[str, Any]) -> bool:
+    return item.get("type") == "message" and item.get("role") == "user"
 
 
 def _new_to_conversation(history: list[dict[str, Any]], inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from ...canonical.server_tools import SEARCH, ServerToolSpecs, check_spec
 from ...canonical.toolset import ToolSet
 from ...orchestration.orchestrator import ResponseRequest
 from ...orchestration.sealing import Sealer
+from .compaction import CompactionRenderer
 from .render import ResponseRenderer
 from .tools import WEB_SEARCH_TOOL_TYPES, translate_tool_choice, translate_tools
 
@@ -154,12 +155,16 @@ def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) ->
     renderer = partial(ResponseRenderer, initial_response(body, toolset), seal=seal,
                        search_results="file_search_call.results" in body.include,
                        web_sources="web_search_call.action.sources" in body.include)  # fmt: skip
+    items, compaction = _without_trigger(body.input_items)
+    if compaction:
+        renderer = partial(CompactionRenderer, initial_response(body, toolset),
+                           seal_summary=partial(sealer.seal, "compaction"))  # fmt: skip
     reasoning = body.reasoning
     return ResponseRequest(
         generation,
         toolset,
         renderer,
-        input=body.input_items,
+        input=items,
         previous_response_id=body.previous_response_id,
         conversation_id=body.conversation_id,
         store=body.store,
@@ -174,8 +179,22 @@ def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) ->
         ),
         truncation=body.truncation == "auto",
         compact_threshold=body.compact_threshold,
+        compaction=compaction,
         reasoning_summary=(reasoning.summary or reasoning.generate_summary) if reasoning else None,
     )
+
+
+def _without_trigger(items: list[Any]) -> tuple[list[Any], bool]:
+    """The input without the `compaction_trigger` that ends it, and whether one did. Anywhere
+    else the trigger is a 400, as OpenAI answers ("must be the final input item")."""
+    triggers = [position for position, item in enumerate(items)
+                if isinstance(item, dict) and item.get("type") == "compaction_trigger"]  # fmt: skip
+    if not triggers:
+        return items, False
+    if triggers != [len(items) - 1]:
+        raise APIError(400, "The 'compaction_trigger' item must be the final input item.",
+                       param=f"input[{triggers[0]}]", code="invalid_value")  # fmt: skip
+    return items[:-1], True
 
 
 def _mcp_specs(tools: list[Any]) -> list[tuple[int, dict[str, Any]]]:
