@@ -76,6 +76,7 @@ class ModelRouter:
         self._pools: dict[tuple[str, str], Pool] = {}
         """Pools by (pool name, model)."""
         self._gates: dict[tuple[str, ...], FairGate] = {}
+        self._gate_of: dict[Backend, FairGate | None] = {}
         self._keep_place_seconds = settings.keep_place_seconds
         self._prober: asyncio.Task[None] | None = None
         self._refreshed_at = float("-inf")
@@ -255,7 +256,14 @@ class ModelRouter:
 
     def gate(self, backend: Backend) -> FairGate | None:
         """The fair queue in front of this upstream or pool (None: it has no `max_concurrency`;
-        a pool has one when all its members do)."""
+        a pool has one when all its members do), looked up once per backend: a request asks."""
+        try:
+            return self._gate_of[backend]
+        except KeyError:
+            gate = self._gate_of[backend] = self._make_gate(backend)
+            return gate
+
+    def _make_gate(self, backend: Backend) -> FairGate | None:
         if isinstance(backend, Pool):
             upstreams = [member.upstream for member in backend.members]
         elif isinstance(backend, (ChatUpstream, CompletionsUpstream)):
