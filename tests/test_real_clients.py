@@ -12,9 +12,11 @@ import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tomlkit
 from agents import (
     Agent,
     ItemHelpers,
@@ -25,7 +27,7 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from .harness import tool_loop
+from .harness import text_exchange, tool_call_exchange, tool_loop
 
 JS = Path(__file__).parent / "js"
 CODEX = JS / "node_modules" / ".bin" / "codex"
@@ -146,3 +148,65 @@ def test_openai_agents_sdk_runner(server, streamed):
     assert "tool_call_item" in kinds and "tool_call_output_item" in kinds and kinds[-1] == "message_output_item"
     assert next(i for i in items if i.type == "tool_call_output_item").output == "sunny and 21C in Paris"
     assert "sunny and 21C in Paris" in ItemHelpers.text_message_output(items[-1])
+
+
+SUMMARY = "SUMMARY-7: uname was run and printed Linux; the user wants its result."
+
+
+def compacting_engine() -> Callable[[dict], dict]:
+    """An engine that calls exec_command with a usage past Codex's compaction limit, writes
+    SUMMARY when asked to summarize (ResponseKit's request for a `compaction_trigger`, or Codex's
+    own summarizing turn), and answers once a request holds the summary."""
+
+    def respond(body: dict) -> dict:
+        messages = body["messages"]
+        texts = [str(m.get("content")) for m in messages]
+        if texts[0].startswith("You are compacting") or "CONTEXT CHECKPOINT COMPACTION" in texts[-1]:
+            return text_exchange(SUMMARY)
+        if any(SUMMARY in text for text in texts):
+            return text_exchange("Done after compaction: Linux.")
+        exchange = tool_call_exchange("exec_command", {"cmd": "uname -s"}, call_id=f"call_{len(messages)}")
+        usage = exchange["chunks"][-2]["data"]["usage"]
+        usage.update(prompt_tokens=30_000, total_tokens=30_020)  # past model_auto_compact_token_limit
+        return exchange
+
+    return respond
+
+
+@pytest.mark.parametrize("remote", [True, False], ids=["remote-compaction-v2", "codex-summarizing-turn"])
+def test_codex_compacts_mid_turn(server, tmp_path, remote):
+    """Codex past its compaction limit: with `remote_compaction = "v2"` it sends its history with a
+    `compaction_trigger` and takes back one `compaction` item; without, it runs its own summarizing
+    turn. Either way the turn goes on from the summary."""
+    server.upstream.responder = compacting_engine()
+    home, work = codex_home(tmp_path, server.base_url), tmp_path / "work"
+    work.mkdir()
+    config = tomlkit.parse((home / "config.toml").read_text())
+    config["model_auto_compact_token_limit"] = 20_000
+    if remote:
+        config["model_providers"]["responsekit"]["capabilities"] = {"remote_compaction": "v2"}  # type: ignore[index]
+    (home / "config.toml").write_text(tomlkit.dumps(config))
+
+    events = run_codex(home, work, "Run uname and tell me the result")
+    assert events[-1]["type"] == "turn.completed", events
+    answer = [e["item"]["text"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"]
+    assert answer[-1] == "Done after compaction: Linux."
+    requests = server.upstream.requests
+    summarizing = [i for i, r in enumerate(requests) if SUMMARY not in json.dumps(r) and (
+        str(r["messages"][0]["content"]).startswith("You are compacting")
+        or "CONTEXT CHECKPOINT COMPACTION" in str(r["messages"][-1]["content"]))]  # fmt: skip
+    assert len(summarizing) == 1, [r["messages"][-1] for r in requests]
+    summarized = requests[summarizing[0]]
+    after = requests[summarizing[0] + 1]
+    if remote:
+        transcript = summarized["messages"][1]["content"]
+        assert "tools" not in summarized and "[User]\nRun uname and tell me the result" in transcript
+        assert "You are Codex" not in transcript, "the instructions, which Codex sends each turn, are not summarized"
+        assert '[Assistant calls exec_command]\n{"cmd": "uname -s"}' in transcript and "Output:\nLinux" in transcript
+        assert f"Summary of the conversation so far:\n{SUMMARY}" in after["messages"][0]["content"], "the item, opened"
+        assert after["messages"][1:] == [{"role": "user", "content": "Run uname and tell me the result"}], \
+            "the request at hand, which Codex keeps before the item"
+    else:
+        assert "Another language model started to solve this problem" in json.dumps(after), "Codex's summary prefix"
+    assert SUMMARY in json.dumps(after) and not any("uname -s" in json.dumps(m) for m in after["messages"][1:]), \
+        "the compacted turns are left out"
