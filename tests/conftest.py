@@ -240,6 +240,18 @@ def server(upstream: ScriptedUpstream, settings: Settings) -> Iterator[Server]:
         yield Server(url, upstream)
 
 
+WINDOW = 32768
+"""The context window `windowed_server`'s engine tells."""
+
+
+@pytest.fixture
+def windowed_server(upstream: ScriptedUpstream, settings: Settings) -> Iterator[Server]:
+    """`server`, its engine telling a window of `WINDOW` tokens as llama.cpp's server does (`/props`)."""
+    upstream.props = {"default_generation_settings": {"n_ctx": WINDOW}}
+    with serve(create_app(settings)) as url:
+        yield Server(url, upstream)
+
+
 @pytest.fixture
 def unused_port() -> int:
     """A loopback port nothing listens on, and no other test worker will take (`free_port`)."""

@@ -22,6 +22,7 @@ import pytest
 from responsekit.app import create_app
 from responsekit.config import Settings, UpstreamConfig
 
+from .conftest import WINDOW
 from .harness import ScriptedUpstream, serve, text_exchange, tool_call_exchange
 
 CLAUDE = Path(__file__).parent / "js" / "node_modules" / ".bin" / "claude"
@@ -47,8 +48,7 @@ def bash_loop(command: str) -> Any:
     return respond
 
 
-@pytest.fixture
-def gateway(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[str]:
+def serve_gateway(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[str]:
     """ResponseKit over the scripted engine, which Claude Code's `claude-…` names reach by an alias."""
     settings = Settings(
         upstreams=[UpstreamConfig(name="scripted", base_url=upstream.url)],  # type: ignore[attr-defined]
@@ -58,6 +58,18 @@ def gateway(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[str]:
     )
     with serve(create_app(settings)) as url:
         yield url
+
+
+@pytest.fixture
+def gateway(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[str]:
+    yield from serve_gateway(upstream, tmp_path)
+
+
+@pytest.fixture
+def windowed_gateway(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[str]:
+    """`gateway`, the engine telling a window of `WINDOW` tokens as llama.cpp's server does."""
+    upstream.props = {"default_generation_settings": {"n_ctx": WINDOW}}
+    yield from serve_gateway(upstream, tmp_path)
 
 
 def run_claude(home: Path, workdir: Path, env: dict[str, str], *args: str,
@@ -98,7 +110,7 @@ def check_tool_loop(events: list[dict[str, Any]], upstream: ScriptedUpstream, to
     assert token in str(body["messages"][tool]["content"])
 
 
-def test_claude_code_runs_a_tool_set_up_by_connect_claude(gateway, upstream, tmp_path):
+def test_claude_code_runs_a_tool_set_up_by_connect_claude(windowed_gateway, upstream, tmp_path):
     token = f"responsekit-{secrets.token_hex(6)}"
     upstream.responder = bash_loop(f"echo {token}")
     home, work = tmp_path / "home", tmp_path / "work"
@@ -107,15 +119,22 @@ def test_claude_code_runs_a_tool_set_up_by_connect_claude(gateway, upstream, tmp
     (home / ".claude").mkdir()
     (home / ".claude" / "settings.json").write_text(json.dumps({"env": {"MY_SETTING": "kept"}}))
     subprocess.run(
-        [sys.executable, "-m", "responsekit", "connect", "claude", "--url", gateway, "--api-key", "test",
+        [sys.executable, "-m", "responsekit", "connect", "claude", "--url", windowed_gateway, "--api-key", "test",
          "--claude-home", str(home / ".claude"), "--write"],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
 
-    # The model, base URL and key come from the settings.json that `connect claude` wrote.
-    events = run_claude(home, work, {})
+    # The model, base URL, key and window come from the settings.json that `connect claude` wrote.
+    debug = tmp_path / "debug.txt"
+    events = run_claude(home, work, {}, "--debug-file", str(debug))
     assert events[0]["type"] == "system" and events[0]["model"] == "test-model"
     check_tool_loop(events, upstream, token)
+    # Claude Code took the window: answers of a quarter of it, compaction measured against the
+    # auto-compact window less that (its debug log), no warning that it assumes a million tokens.
+    assert {body["max_tokens"] for body in upstream.requests if body.get("tools")} == {WINDOW // 4}
+    log = debug.read_text()
+    assert f"effectiveWindow={100_000 - WINDOW // 4}" in log
+    assert "doesn't recognize the model" not in log and "assumes a context window" not in log
 
 
 def test_claude_code_with_a_v1_base_url_and_a_claude_name(gateway, upstream, tmp_path):

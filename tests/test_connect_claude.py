@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 
+import pytest
+from click.testing import Result
 from typer.testing import CliRunner
 
+from responsekit.app import create_app
+from responsekit.cli.connect_claude import compaction_env
 from responsekit.cli.main import app
+from responsekit.cli.served import compaction_point
+from responsekit.config import Settings, UpstreamConfig
+
+from .conftest import WINDOW
+from .harness import serve
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, ["connect", "claude", *args])
 
 
 def connect(*args: str) -> tuple[int, str]:
-    done = CliRunner().invoke(app, ["connect", "claude", *args])
+    done = run(*args)
     return done.exit_code, done.output
 
 
 def test_prints_the_env_for_the_first_served_model(server):
-    code, printed = connect("--url", server.url)
-    assert code == 0, printed
-    assert json.loads(printed) == {"env": {
+    """The server does not know the model's window: Claude Code is not told one, and the user is."""
+    done = run("--url", server.url)
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == {"env": {
         "ANTHROPIC_BASE_URL": server.url,
         "ANTHROPIC_AUTH_TOKEN": "unused",
         "ANTHROPIC_MODEL": "test-model",
@@ -27,6 +42,38 @@ def test_prints_the_env_for_the_first_served_model(server):
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": "test-model",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }, "skipWebFetchPreflight": True}  # fmt: skip
+    assert "does not know the context window of test-model: Claude Code is not told when to compact" in done.stderr
+
+
+def claude_code_threshold(env: dict[str, str]) -> int:
+    """Where Claude Code 2.1.332 compacts with these variables, for a model it does not know
+    (its `gse` and `QG`: the auto-compact window less the output maximum, up to 20,000, then the
+    percentage, never above 13,000 below that)."""
+    effective = int(env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"]) - min(int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]), 20_000)
+    return min(math.floor(effective * float(env["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"]) / 100), effective - 13_000)
+
+
+def test_a_known_window_tells_claude_code_when_to_compact(windowed_server):
+    done = run("--url", windowed_server.url)
+    assert done.exit_code == 0 and done.stderr == "", done.output
+    env = json.loads(done.stdout)["env"]
+    assert {name: env[name] for name in compaction_env(WINDOW)} == {
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8192",  # a quarter of the window
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "100000",  # the least Claude Code takes
+        "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "26.76",
+    }  # fmt: skip
+    assert 24_400 < claude_code_threshold(env) <= compaction_point(WINDOW) == WINDOW - 8192
+
+
+@pytest.mark.parametrize("window", [8192, 24576, 32768, 65536, 99_999, 131072, 200_000, 1_048_576])
+def test_claude_code_compacts_at_the_point_or_a_little_before(window):
+    """With room for an answer above it: what the window leaves after the point is the output
+    maximum (up to 32,000), and a large window keeps Claude Code's own 13,000 more."""
+    env = compaction_env(window)
+    threshold, output = claude_code_threshold(env), int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"])
+    assert output == min(window // 4, 32_000)
+    assert threshold <= compaction_point(window) == window - output
+    assert threshold >= min(compaction_point(window) - window // 500, window - min(output, 20_000) - 13_000)
 
 
 def test_a_v1_url_becomes_the_root_claude_code_appends_v1_messages_to(server):
@@ -48,9 +95,9 @@ def test_write_merges_into_settings_json_keeping_the_rest(server, tmp_path):
     mine = {"permissions": {"allow": ["Bash(ls:*)"]}, "env": {"MY_VAR": "x", "ANTHROPIC_MODEL": "claude-old"},
             "model": "opus"}  # fmt: skip
     (home / "settings.json").write_text(json.dumps(mine))
-    code, printed = connect("--url", server.url, "--claude-home", str(home), "--write")
-    assert code == 0, printed
-    assert printed.strip() == f"wrote {home / 'settings.json'}"
+    done = run("--url", server.url, "--claude-home", str(home), "--write")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.strip() == f"wrote {home / 'settings.json'}"
     settings = json.loads((home / "settings.json").read_text())
     assert settings["permissions"] == mine["permissions"] and settings["model"] == "opus"
     assert settings["env"]["MY_VAR"] == "x"
@@ -79,3 +126,17 @@ def test_a_settings_file_that_is_not_an_object_is_left_alone(server, tmp_path):
 def test_an_unreachable_server_is_a_usage_error(unused_port):
     code, printed = connect("--url", f"http://127.0.0.1:{unused_port}")
     assert code == 2 and "cannot list the models" in printed
+
+
+def test_the_smaller_window_of_the_two_models_is_told(tmp_path, upstream, database_url):
+    """Claude Code applies the variables to every model: the haiku model's smaller window wins."""
+    upstream.models = ["big", "small", "unsized"]
+    windows = {"big": 131072, "small": 16384}
+    settings = Settings(upstreams=[UpstreamConfig(base_url=upstream.url, context_window=windows)],  # type: ignore[attr-defined]
+                        probe=False, data_dir=tmp_path, database_url=database_url)  # fmt: skip
+    with serve(create_app(settings)) as url:
+        done = run("--url", url, "--model", "big", "--small-model", "small")
+        assert json.loads(done.stdout)["env"]["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "4096"
+        done = run("--url", url, "--model", "big", "--small-model", "unsized")
+        assert json.loads(done.stdout)["env"]["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "32000"
+        assert "does not know the context window of unsized: Claude Code is told the other's" in done.stderr

@@ -15,17 +15,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import httpx
 import tomlkit
 
 PROVIDER = "responsekit"
-
-
-def served_models(base_url: str, api_key: str | None) -> list[str]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    answer = httpx.get(f"{base_url}/models", headers=headers, timeout=10)
-    answer.raise_for_status()
-    return [model["id"] for model in answer.json()["data"]]
 
 
 def codex_catalog(codex: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ..orchestration.sealing import rotate_keys
 from . import connect_claude as claude_setup
 from . import connect_codex as codex_setup
 from . import connect_gemini as gemini_setup
+from .served import ServedModel, served_models, window_of
 
 if TYPE_CHECKING:
     from ..store.api_keys import ApiKey, KeyTable
@@ -204,11 +205,11 @@ def connect_codex(
         typer.echo("codex not found: writing no model catalog (Codex will use generic metadata)", err=True)
     else:
         template = codex_setup.pick_template(codex_setup.codex_catalog(binary))
-        catalog = codex_setup.catalog_for(models, template, context_window)
+        catalog = codex_setup.catalog_for([served.id for served in models], template, context_window)
         catalog_path = codex_home / "responsekit-models.json"
     config_path = codex_home / "config.toml"
     existing = config_path.read_text() if write and config_path.exists() else ""
-    config = codex_setup.config_document(existing, base_url, model or models[0], catalog_path, api_key_env)
+    config = codex_setup.config_document(existing, base_url, model or models[0].id, catalog_path, api_key_env)
     if not write:
         typer.echo(config)
         if catalog is not None:
@@ -222,10 +223,10 @@ def connect_codex(
 
 
 
-def _served(base_url: str, api_key: str | None) -> list[str]:
+def _served(base_url: str, api_key: str | None) -> list[ServedModel]:
     """The models `base_url` serves, for a `connect` command; none, or no answer, is the user's error."""
     try:
-        models = codex_setup.served_models(base_url, api_key)
+        models = served_models(base_url, api_key)
     except Exception as exc:  # noqa: BLE001
         raise typer.BadParameter(f"cannot list the models of {base_url}: {exc}") from None
     if not models:
@@ -251,8 +252,15 @@ def connect_claude(
     """The environment (settings.json `env`) that points Claude Code at ResponseKit's models."""
     root = claude_setup.root_url(url)
     models = _served(f"{root}/v1", api_key)
-    chosen = model or models[0]
-    env = claude_setup.claude_env(root, api_key, chosen, small_model or chosen)
+    chosen = model or models[0].id
+    small = small_model or chosen
+    names = list(dict.fromkeys((chosen, small)))
+    known = {name: window for name in names if (window := window_of(models, name)) is not None}
+    if len(known) < len(names):
+        told = "Claude Code is told the other's" if known else "Claude Code is not told when to compact (it assumes 1,000,000 tokens)"
+        typer.echo(f"the server does not know the context window of {' or '.join(set(names) - set(known))}: {told}; "
+                   "set the upstream's context_window (docs/engines.md) and run this again", err=True)  # fmt: skip
+    env = claude_setup.claude_env(root, api_key, chosen, small, min(known.values(), default=None))
     if not write:
         typer.echo(claude_setup.shell_exports(env) if shell else claude_setup.settings_fragment(env))
         return
@@ -286,7 +294,7 @@ def connect_gemini(
     """The environment and settings.json entries that point Gemini CLI at ResponseKit's models."""
     root = gemini_setup.root_url(url)
     models = _served(f"{root}/v1", api_key)
-    chosen = model or models[0]
+    chosen = model or models[0].id
     env = gemini_setup.gemini_env(root, api_key, chosen)
     settings = gemini_setup.gemini_settings(chosen)
     if not write:
