@@ -188,38 +188,40 @@ def connect_codex(
     api_key_env: Annotated[
         str | None, typer.Option(help="Environment variable holding the API key Codex sends.", show_default=False)
     ] = None,
-    context_window: Annotated[int, typer.Option(help="Context window the catalog states, in tokens.")] = 131072,
+    context_window: Annotated[
+        int, typer.Option(help="Context window the catalog states for a model whose window the server does not know.")
+    ] = 131072,
     codex: Annotated[str | None, typer.Option(help="The codex binary (default: on PATH).", show_default=False)] = None,
     codex_home: Annotated[
         Path, typer.Option(envvar="CODEX_HOME", help="Codex's home, where --write puts the files.")
     ] = Path.home() / ".codex",
     write: Annotated[bool, typer.Option("--write", help="Write config.toml and the catalog instead of printing.")] = False,
 ) -> None:
-    """A Codex provider entry (and model catalog) for the models ResponseKit serves."""
+    """A Codex provider entry and model catalog for the models ResponseKit serves."""
     base_url = url.rstrip("/")
     models = _served(base_url, os.environ.get(api_key_env) if api_key_env else None)
-    catalog_path: Path | None = None
-    catalog: dict | None = None
     binary = codex_setup.find_codex(codex)
     if binary is None:
-        typer.echo("codex not found: writing no model catalog (Codex will use generic metadata)", err=True)
+        template = codex_setup.BASE_ENTRY
+        typer.echo("codex not found: the catalog holds no instructions for Codex to send (it takes its own from "
+                   "`codex debug models`); give --codex BINARY, or run this again where codex is installed", err=True)  # fmt: skip
     else:
         template = codex_setup.pick_template(codex_setup.codex_catalog(binary))
-        catalog = codex_setup.catalog_for([served.id for served in models], template, context_window)
-        catalog_path = codex_home / "responsekit-models.json"
+    if unknown := [served.id for served in models if served.context_window is None]:
+        typer.echo(f"the server does not know the context window of {', '.join(unknown)}: the catalog states "
+                   f"{context_window} tokens (--context-window)", err=True)  # fmt: skip
+    catalog = codex_setup.catalog_for(models, template, context_window)
+    catalog_path = codex_home / "responsekit-models.json"
     config_path = codex_home / "config.toml"
     existing = config_path.read_text() if write and config_path.exists() else ""
     config = codex_setup.config_document(existing, base_url, model or models[0].id, catalog_path, api_key_env)
     if not write:
-        typer.echo(config)
-        if catalog is not None:
-            typer.echo(f"# and {catalog_path}:\n{json.dumps(catalog, indent=1)}")
+        typer.echo(f"{config}# and {catalog_path}:\n{json.dumps(catalog, indent=1)}")
         return
     codex_home.mkdir(parents=True, exist_ok=True)
-    if catalog is not None and catalog_path is not None:
-        catalog_path.write_text(json.dumps(catalog, indent=1))
+    catalog_path.write_text(json.dumps(catalog, indent=1))
     config_path.write_text(config)
-    typer.echo(f"wrote {config_path}" + (f" and {catalog_path}" if catalog_path else ""))
+    typer.echo(f"wrote {config_path} and {catalog_path}")
 
 
 
