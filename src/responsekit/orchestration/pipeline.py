@@ -40,6 +40,7 @@ from ..tools.web import WebSearch
 from ..tools.web.fetch_tool import add_web_fetch, context_urls
 from ..tools.web.tool import add_web_search
 from .attachments import Attachments
+from .context_editing import AppliedEdit, ContextEdit, apply_edits
 from .limits import Limiter, Meter, Refused
 from .tool_loop import with_server_tools
 from .usage import UsageLedger
@@ -94,6 +95,8 @@ class Turn:
     """The prompt's tokens, when the frontend asked for them (`count_prompt`)."""
     clamped: int | None = None
     """The output maximum used instead of one the context had no room for."""
+    context_edits: list[AppliedEdit] = field(default_factory=list)
+    """The context edits that cleared part of the history (`edit_context`)."""
 
     @property
     def served(self) -> dict[str, ToolOrigin]:
@@ -131,12 +134,14 @@ class Pipeline:
 
     async def prepare(
         self, generation: GenerationRequest, caller: Caller, specs: ServerToolSpecs | None = None,
-        *, count_prompt: bool = False,
+        *, count_prompt: bool = False, edits: Sequence[ContextEdit] = (),
     ) -> Turn:  # fmt: skip
         """`generation` (the frontend's, which the pipeline may change in place) routed, with its
-        server tools, attachments and admission: ready to generate."""
+        server tools, attachments, context edits and admission: ready to generate."""
         turn = await self.open(generation, specs, caller.owner)
         await self.attach(turn, caller.owner)
+        if edits:
+            await self.edit_context(turn, edits)
         if count_prompt:
             await self.count_prompt(turn)
         await self.admit(turn, caller)
@@ -157,10 +162,24 @@ class Pipeline:
 
     async def count_tokens(self, generation: GenerationRequest, owner: str) -> tuple[int, bool]:
         """The prompt's tokens as the routed model reads it, and whether the count is exact."""
-        upstream, model = await self.router.resolve(generation.model)
-        generation.model = model
-        generation = await self.attachments.prepare(upstream, generation, owner)
+        upstream, generation = await self._readable(generation, owner)
         return await upstream.count_tokens(generation)
+
+    async def count_edited(self, generation: GenerationRequest, owner: str,
+                           edits: Sequence[ContextEdit]) -> tuple[int, bool, int]:  # fmt: skip
+        """`count_tokens` of the history the context `edits` leave (their triggers comparing the
+        count before them), and that count before them."""
+        upstream, generation = await self._readable(generation, owner)
+        original, exact = await upstream.count_tokens(generation)
+        if not apply_edits(generation, edits, original):
+            return original, exact, original
+        count, exact = await upstream.count_tokens(generation)
+        return count, exact, original
+
+    async def _readable(self, generation: GenerationRequest, owner: str) -> tuple[Backend, GenerationRequest]:
+        """The routed backend, and `generation` as its model reads it (attachments prepared)."""
+        upstream, generation.model = await self.router.resolve(generation.model)
+        return upstream, await self.attachments.prepare(upstream, generation, owner)
 
     # --- the steps, in this order ---------------------------------------------------------
 
@@ -215,6 +234,19 @@ class Pipeline:
         """Images and documents made what the routed model reads (`attachments.py`)."""
         turn.generation = await self.attachments.prepare(turn.upstream, turn.generation, owner)
 
+    async def edit_context(self, turn: Turn, edits: Sequence[ContextEdit]) -> None:
+        """Clear what `edits` say from the history the engine gets (`context_editing.py`), their
+        triggers comparing the prompt's tokens as `count_prompt` counts them."""
+        turn.context_edits = apply_edits(turn.generation, edits, await self._prompt_tokens(turn))
+
+    async def _prompt_tokens(self, turn: Turn) -> int:
+        """Counted where the backend counts without asking an engine, else estimated."""
+        generation, upstream = turn.generation, turn.upstream
+        if upstream.context_window(generation.model) is None or not upstream.counts_locally:
+            return estimate_tokens(generation)
+        count, _ = await upstream.count_tokens(generation)
+        return count
+
     async def count_prompt(self, turn: Turn) -> None:
         """The prompt's tokens, and an output maximum clamped to what the context leaves.
 
@@ -226,10 +258,9 @@ class Pipeline:
         """
         generation, upstream = turn.generation, turn.upstream
         window = upstream.context_window(generation.model)
+        turn.input_tokens = await self._prompt_tokens(turn)
         if window is None or not upstream.counts_locally:
-            turn.input_tokens = estimate_tokens(generation)
             return
-        turn.input_tokens, _ = await upstream.count_tokens(generation)
         room = room_left(window, turn.input_tokens, generation.max_output_tokens)
         if room is not None:
             log.info("max output tokens %d is more than the %d tokens model %s has left after the prompt: clamped",

@@ -96,11 +96,13 @@ class MessagesRenderer:
         stop_sequences: list[str] | None = None,
         server_tools: Mapping[str, ToolOrigin] | None = None,
         seal_result: Callable[[str], str] | None = None,
+        context_management: dict[str, Any] | None = None,
     ) -> None:
         """`server_tools`: the model-facing names of the tools the server runs, and what each
         stands for (`Turn.served`: a web function, whose kind names its server tool, `web_search`
         or `web_fetch`, or an MCP server's tool);
-        `seal_result` seals a search result's text into its `encrypted_content`."""
+        `seal_result` seals a search result's text into its `encrypted_content`;
+        `context_management`: the edits applied to the history, for `message_delta` and the message."""
         self.id = new_id("msg")
         self.model = model
         self.finished = False
@@ -122,6 +124,7 @@ class MessagesRenderer:
         self._output_chars = 0
         self._server_tools = dict(server_tools or {})
         self._seal_result = seal_result or (lambda text: text)
+        self._context_management = context_management
         self._server_calls: dict[int, tuple[str, str]] = {}
         """Canonical index of a server-run call of the current generation -> its block's id and
         server tool (`web_search`, `web_fetch` or `mcp`)."""
@@ -345,12 +348,14 @@ class MessagesRenderer:
             return out + self._fail(self._broken)
         self.finished = True
         usage = self._final_usage()
-        out.append({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                    "usage": usage})  # fmt: skip
-        out.append({"type": "message_stop"})
+        delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                 "usage": usage}  # fmt: skip
         self.message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model,
                         "content": self._blocks, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
                         "usage": usage}  # fmt: skip
+        if self._context_management is not None:
+            delta["context_management"] = self.message["context_management"] = self._context_management
+        out += [delta, {"type": "message_stop"}]
         return out
 
     def _final_usage(self) -> dict[str, Any]:

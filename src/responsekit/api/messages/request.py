@@ -33,8 +33,10 @@ from ...canonical.conversation import (
 from ...canonical.errors import APIError
 from ...canonical.server_tools import FETCH, SEARCH, ServerToolSpecs, check_fetch_spec, check_spec
 from ...files.extract import ExtractionError, extract_text
+from ...orchestration.context_editing import ContextEdit
 from ...orchestration.sealing import Sealer
 from .connector import MAX_MCP_CALLS, mcp_specs
+from .context_management import context_edits
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +86,8 @@ class Translation:
     engine; its MCP connector's servers (`connector.py`). The loop is bounded by the web tools'
     `max_uses`, and with MCP servers by `MAX_MCP_CALLS` more (a web tool without `max_uses`
     then counts as many)."""
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    """Warn once per process about a parameter every request of a client carries (Claude Code's
-    `context_management`): a line a turn would drown the log."""
-    if message not in _warned:
-        _warned.add(message)
-        log.warning("%s", message)
+    context_edits: list[ContextEdit] | None = None
+    """`context_management`'s edits, applied by the pipeline; None when the request has none."""
 
 
 def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool = True,
@@ -115,8 +108,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
         messages.insert(0, Message("system", [TextPart("\n".join(system))]))
     if not any(message.role != "system" for message in messages):
         raise APIError(400, "No usable message in `messages`.", param="messages", code="invalid_value")
-    if body.context_management:
-        _warn_once("context_management is accepted and ignored: the history is sent to the engine as given")
+    edits = context_edits(body.context_management)
     choice, parallel, forced = _tool_choice(body.tool_choice, tools, web, fetch)
     effort, show = _thinking(body.thinking, body.output_config)
     generation = GenerationRequest(model=body.model, messages=messages, tools=tools, tool_choice=choice,
@@ -139,7 +131,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
     specs.mcp = mcp_specs(body.mcp_servers, toolsets)
     if specs.mcp:  # bounded, also beside a web tool without `max_uses`
         specs.max_tool_calls = MAX_MCP_CALLS + sum(MAX_MCP_CALLS if use is None else use for use in uses)
-    return Translation(generation, show, stops, specs)
+    return Translation(generation, show, stops, specs, edits)
 
 
 def _without_billing_header(text: str) -> str:

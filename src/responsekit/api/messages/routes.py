@@ -24,6 +24,7 @@ from ..http import JSONResponse, error_envelope, read_body
 from ..models import list_models
 from ..routing import PlainRoute, json_body, plain_post
 from ..streaming import event_stream, unless_disconnected
+from .context_management import applied_edits
 from .render import MessagesRenderer, error_message
 from .render import error_envelope as anthropic_error
 from .request import CreateMessage, MessageParams, translate
@@ -54,11 +55,15 @@ async def create_message(request: Request) -> Response:
                             web_search=pipeline.web is not None)  # fmt: skip
     # The prompt is counted for `message_start` (exactly on in-process models, which also clamp
     # `max_tokens` to the context left).
-    turn = await pipeline.prepare(translation.generation, asking, translation.server_tools, count_prompt=True)
+    # `context_management`'s edits clear the history first.
+    edits = translation.context_edits
+    turn = await pipeline.prepare(translation.generation, asking, translation.server_tools, count_prompt=True,
+                                  edits=edits or ())  # fmt: skip
     assert turn.input_tokens is not None
     renderer = MessagesRenderer(body.model, input_tokens=turn.input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking, stop_sequences=translation.stop_sequences,
-                                server_tools=turn.served, seal_result=lambda text: sealer.seal("web_search", text))  # fmt: skip
+                                server_tools=turn.served, seal_result=lambda text: sealer.seal("web_search", text),
+                                context_management=None if edits is None else applied_edits(turn.context_edits))  # fmt: skip
     headers = {CLAMPED_HEADER: str(turn.clamped)} if turn.clamped is not None else {}
     events = pipeline.events(turn, renderer.id)
     if body.stream:
@@ -79,14 +84,23 @@ router.add_api_route("/v1/messages", create_message, methods=["POST"], include_i
 @router.post("/v1/messages/count_tokens", include_in_schema=False)
 async def count_tokens(request: Request) -> dict[str, Any]:
     """Exact where the engine tokenizes (in-process models, llama.cpp, vLLM, SGLang: Claude Code
-    compacts its history by this count), else an estimate marked `estimated`."""
+    compacts its history by this count), else an estimate marked `estimated`. With
+    `context_management`, the history its edits leave is counted, and the count before them is
+    `original_input_tokens`, as Anthropic's API answers."""
     owner = authorize(request)
     body = await read_body(request, MessageParams)
     allow_model(request, body.model)
     translation = translate(body, request.app.state.orchestrator.sealer,
                             strip_billing_header=request.app.state.settings.strip_billing_header)  # fmt: skip
-    count, exact = await request.app.state.pipeline.count_tokens(translation.generation, owner)
-    return {"input_tokens": count} if exact else {"input_tokens": count, "estimated": True}
+    pipeline = request.app.state.pipeline
+    answer: dict[str, Any]
+    if translation.context_edits is None:
+        count, exact = await pipeline.count_tokens(translation.generation, owner)
+        answer = {"input_tokens": count}
+    else:
+        count, exact, original = await pipeline.count_edited(translation.generation, owner, translation.context_edits)
+        answer = {"input_tokens": count, "context_management": {"original_input_tokens": original}}
+    return answer if exact else {**answer, "estimated": True}
 
 
 @router.get("/v1/models", include_in_schema=False)
