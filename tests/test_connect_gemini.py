@@ -5,15 +5,22 @@ from __future__ import annotations
 import json
 import shlex
 
+import pytest
+from click.testing import Result
 from typer.testing import CliRunner
 
+from responsekit.cli.connect_gemini import compression_threshold
 from responsekit.cli.main import app
 
 HELPERS = ["gemini-3-flash-preview", "gemini-3-pro-preview", "flash-lite"]
 
 
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, ["connect", "gemini", *args])
+
+
 def connect(*args: str) -> tuple[int, str]:
-    done = CliRunner().invoke(app, ["connect", "gemini", *args])
+    done = run(*args)
     return done.exit_code, done.output
 
 
@@ -27,9 +34,11 @@ def parse(printed: str) -> tuple[dict[str, str], dict]:
 
 
 def test_prints_the_env_and_settings_for_the_first_served_model(server):
-    code, printed = connect("--url", server.url)
-    assert code == 0, printed
-    exports, settings = parse(printed)
+    """The server does not know the model's window: Gemini CLI is not told one, and the user is."""
+    done = run("--url", server.url)
+    assert done.exit_code == 0, done.output
+    assert "does not know the context window of test-model: Gemini CLI is not told when to compress" in done.stderr
+    exports, settings = parse(done.stdout)
     assert exports == {"GOOGLE_GEMINI_BASE_URL": server.url, "GEMINI_API_KEY": "unused", "GEMINI_MODEL": "test-model"}
     assert settings == {
         "security": {"auth": {"selectedType": "gemini-api-key"}},
@@ -49,7 +58,8 @@ def test_a_v1_url_becomes_the_root_the_sdk_appends_v1beta_to(server):
         assert {o["modelConfig"]["model"] for o in settings["modelConfigs"]["customOverrides"]} == {"big"}
 
 
-def test_write_merges_settings_and_env_keeping_the_rest(server, tmp_path):
+def test_write_merges_settings_and_env_keeping_the_rest(windowed_server, tmp_path):
+    server = windowed_server
     directory = tmp_path / ".gemini"
     directory.mkdir()
     theirs = {"model": {"name": "gemini-2.5-pro", "maxSessionTurns": 20}, "ui": {"theme": "Dracula"},
@@ -63,7 +73,10 @@ def test_write_merges_settings_and_env_keeping_the_rest(server, tmp_path):
         assert code == 0, printed
         assert printed.strip() == f"wrote {directory / 'settings.json'} and {directory / '.env'}"
     settings = json.loads((directory / "settings.json").read_text())
-    assert settings["ui"] == {"theme": "Dracula"} and settings["model"] == theirs["model"]
+    assert settings["ui"] == {"theme": "Dracula"}
+    # Gemini CLI compresses once the prompt reaches this share of the million tokens it assumes:
+    # the window (32,768) less a quarter, 24,576 of 1,048,576.
+    assert settings["model"] == {**theirs["model"], "compressionThreshold": 0.023437}
     assert settings["security"] == {"auth": {"selectedType": "gemini-api-key", "useExternal": False},
                                     "folderTrust": {"enabled": True}}  # fmt: skip
     assert settings["privacy"] == {"usageStatisticsEnabled": False}
@@ -101,3 +114,13 @@ def test_a_settings_file_it_cannot_merge_is_left_alone(server, tmp_path):
 def test_an_unreachable_server_is_a_usage_error(unused_port):
     code, printed = connect("--url", f"http://127.0.0.1:{unused_port}")
     assert code == 2 and "cannot list the models" in printed
+
+
+@pytest.mark.parametrize(("model", "window", "threshold"), [
+    ("qwen3", 32768, 0.023437),  # 24,576 of 1,048,576, rounded down
+    ("qwen3", 131072, 0.094482),
+    ("qwen3", 4_000_000, 0.969482),  # Gemini CLI sends nothing past the million it assumes
+    ("gemma-4-31b-it", 131072, 0.387),  # it assumes 256,000 for this one
+])  # fmt: skip
+def test_the_threshold_is_the_compaction_point_of_the_window_gemini_cli_assumes(model, window, threshold):
+    assert compression_threshold(model, window) == threshold

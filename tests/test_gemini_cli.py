@@ -129,6 +129,39 @@ def test_gemini_cli_shows_the_engine_refusal(server, tmp_path):
     assert len(server.upstream.requests) == 1, "a 400 is not retried"
 
 
+SNAPSHOT = "<state_snapshot>SNAPSHOT-42: notes.txt was read for the token.</state_snapshot>"
+COMPRESSOR = "distilling chat history into a structured XML <state_snapshot>"
+"""Gemini CLI's compression prompt (its `getCompressionPrompt`)."""
+
+
+def reading_engine(body: dict[str, Any]) -> dict[str, Any]:
+    """read_file on a first prompt, then an answer; a snapshot when Gemini CLI asks to compress."""
+    if COMPRESSOR in str(body["messages"][0]["content"]):
+        return text_exchange(SNAPSHOT)
+    if body["messages"][-1]["role"] == "tool" or "again" in str(body["messages"][-1]["content"]):
+        return text_exchange("The file holds the token.")
+    return tool_call_exchange("read_file", {"file_path": "notes.txt"}, call_id="call_read")
+
+
+@pytest.mark.parametrize("windowed", [True, False], ids=["window-known", "window-unknown"])
+def test_gemini_cli_compresses_at_the_point_connect_gemini_set(request, tmp_path, windowed):
+    """A session that read a file of about 40,000 tokens, resumed: with the engine's window (32,768)
+    known, `connect gemini` told Gemini CLI to compress past 24,576 tokens, and it does before the
+    next prompt, going on from its snapshot; without, it waits for half the million tokens it
+    assumes. (It compresses only before a prompt of the user's, so only a resumed run can.)"""
+    served = request.getfixturevalue("windowed_server" if windowed else "server")
+    served.upstream.responder = reading_engine
+    home, work = setup_home(tmp_path, served.url)
+    (work / "notes.txt").write_text("The token is responsekit-7. The token is responsekit-7.\n" * 3000)
+    run_gemini(home, work, "Read notes.txt with your tool and tell me the token.")
+    events = run_gemini(home, work, "Tell me again.", "--resume", "latest")
+    assert answer(events) == "The file holds the token."
+    requests = served.upstream.requests
+    compressed = [body for body in requests if COMPRESSOR in str(body["messages"][0]["content"])]
+    assert bool(compressed) == windowed
+    assert (SNAPSHOT in json.dumps(requests[-1])) == windowed, "the last prompt went on from the snapshot"
+
+
 @pytest.mark.parametrize(("tool", "args"), [("read_file", ()), ("run_shell_command", ("--yolo",))],
                          ids=["read_file", "run_shell_command-yolo"])  # fmt: skip
 def test_gemini_cli_runs_its_own_tool_and_sends_the_result_back(server, tmp_path, tool, args):

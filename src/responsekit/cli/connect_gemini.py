@@ -22,6 +22,11 @@ which appends `/v1beta/models/{model}:streamGenerateContent?alt=sse` to its base
   compression… ask for `gemini-3-flash-preview`; compression and a loop double-check for
   `gemini-3-pro-preview`; summarizers and the router for `flash-lite`): an override matching
   the model an alias resolves to replaces it, so these requests reach the chosen model too.
+- `model.compressionThreshold`, with the model's context window known: Gemini CLI compresses its
+  history (summarizes the older part) once the last prompt reaches that fraction of the window it
+  believes the model has, which is a million tokens for any model it does not know; here, the
+  fraction of that belief that is the compaction point (`served.compaction_point`). Left out, and
+  said, with the window unknown: Gemini CLI then compresses at half its belief.
 
 The variables go into `~/.gemini/.env`, which Gemini CLI loads at start (`findEnvFile`: the first
 of `.gemini/.env` or `.env` walking up from the working directory, then `~/.gemini/.env`, then
@@ -33,14 +38,21 @@ directory when set, as it does for Gemini CLI.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
 from pathlib import Path
 from typing import Any
 
+from .served import compaction_point
+
 HELPER_MODELS = ("gemini-3-flash-preview", "gemini-3-pro-preview", "flash-lite")
 """What the helper aliases of Gemini CLI 0.61's `DEFAULT_MODEL_CONFIGS` resolve to."""
+BELIEVED_WINDOW = 1_048_576
+"""The window Gemini CLI 0.61 believes a model has (`tokenLimit`: `DEFAULT_TOKEN_LIMIT`) unless
+`BELIEVED_WINDOWS` names it; `compressionThreshold` is a fraction of it."""
+BELIEVED_WINDOWS = {"gemma-4-31b-it": 256_000, "gemma-4-26b-a4b-it": 256_000}
 
 
 def gemini_dir() -> Path:
@@ -57,16 +69,26 @@ def gemini_env(root: str, api_key: str, model: str) -> dict[str, str]:
     return {"GOOGLE_GEMINI_BASE_URL": root, "GEMINI_API_KEY": api_key, "GEMINI_MODEL": model}
 
 
-def gemini_settings(model: str) -> dict[str, Any]:
-    """The settings.json entries, for `model` (the helper requests' model)."""
+def gemini_settings(model: str, window: int | None) -> dict[str, Any]:
+    """The settings.json entries, for `model` (the helper requests' model) and its `window`."""
     return {
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "privacy": {"usageStatisticsEnabled": False},
         "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        **({"model": {"compressionThreshold": compression_threshold(model, window)}} if window is not None else {}),
         "modelConfigs": {"customOverrides": [
             {"match": {"model": helper}, "modelConfig": {"model": model}} for helper in HELPER_MODELS
         ]},
     }  # fmt: skip
+
+
+def compression_threshold(model: str, window: int) -> float:
+    """The fraction of the window Gemini CLI believes `model` has at which it compresses (its
+    `ChatCompressionService`: when the last prompt is not below `threshold * tokenLimit(model)`),
+    rounded down. A window larger than that belief counts as the belief: Gemini CLI sends nothing
+    past it."""
+    believed = BELIEVED_WINDOWS.get(model, BELIEVED_WINDOW)
+    return math.floor(compaction_point(min(window, believed)) * 1_000_000 / believed) / 1_000_000
 
 
 def _ours(override: Any) -> bool:

@@ -297,8 +297,13 @@ def connect_gemini(
     root = gemini_setup.root_url(url)
     models = _served(f"{root}/v1", api_key)
     chosen = model or models[0].id
+    window = window_of(models, chosen)
+    if window is None:
+        typer.echo(f"the server does not know the context window of {chosen}: Gemini CLI is not told when to "
+                   "compress (it assumes 1,048,576 tokens); set the upstream's context_window (docs/engines.md) "
+                   "and run this again", err=True)  # fmt: skip
     env = gemini_setup.gemini_env(root, api_key, chosen)
-    settings = gemini_setup.gemini_settings(chosen)
+    settings = gemini_setup.gemini_settings(chosen, window)
     if not write:
         typer.echo(gemini_setup.printed(env, settings))
         return
