@@ -267,3 +267,26 @@ def test_invalid_edits_are_400s(server, context_management):
                                "context_management": context_management})  # fmt: skip
     anthropic_error(counted, 400, "invalid_request_error")
     assert not server.upstream.requests, "nothing reached the engine"
+
+
+def test_on_an_in_process_model_the_trigger_and_message_start_count_exactly(engine_server):
+    """Where the prompt is counted exactly, the trigger compares the exact count, and
+    `message_start` and `count_tokens` count the history the edits leave."""
+    model = engine_server.app.state.router.engines[0].model
+    calls = [("get_weather", {"city": city}) for city in ("Oslo", "Rome", "Lima")]
+    request = {"model": model, "messages": tool_history(calls, result_size=600), "tools": TOOLS}
+    url = f"{engine_server.url}/v1/messages/count_tokens"
+    original = httpx.post(url, json=request, headers=HEADERS, timeout=60).json()["input_tokens"]
+    edit = {"type": CLEAR_TOOL_USES, "trigger": {"type": "input_tokens", "value": original - 1},
+            "keep": {"type": "tool_uses", "value": 1}}  # fmt: skip
+    edited = {**request, "context_management": {"edits": [edit]}}
+    counted = httpx.post(url, json=edited, headers=HEADERS, timeout=60).json()
+    assert "estimated" not in counted and counted["context_management"] == {"original_input_tokens": original}
+    assert counted["input_tokens"] < original - 100
+    events = stream(engine_server.url, {**edited, "max_tokens": 5}, adapter=BETA_EVENT)
+    assert events[0]["message"]["usage"]["input_tokens"] == counted["input_tokens"], "message_start counts the edited prompt"
+    [delta] = [event for event in events if event["type"] == "message_delta"]
+    assert delta["context_management"]["applied_edits"][0]["cleared_tool_uses"] == 2
+    untouched = {**request, "context_management": {"edits": [{**edit, "trigger": {"type": "input_tokens", "value": original}}]}}
+    assert httpx.post(url, json=untouched, headers=HEADERS, timeout=60).json()["input_tokens"] == original, \
+        "at the trigger, not past it: nothing cleared"  # fmt: skip
