@@ -2,8 +2,8 @@
 
 Codex knows its own models only; for any other it falls back to generic metadata (and warns),
 window included. The catalog written here (`model_catalog_json`: `{"models": [ModelInfo…]}`, the
-`ModelInfo` of codex-rs/protocol/src/openai_models.rs, https://github.com/openai/codex) has an entry
-for each model ResponseKit serves, with what the server knows of it:
+`ModelInfo` of https://github.com/openai/codex/blob/main/codex-rs/protocol/src/openai_models.rs) has
+an entry for each model ResponseKit serves, with what the server knows of it:
 
 - `context_window` (and `max_context_window`, the most a config override may state): the server's,
   or `--context-window` for a model whose window it does not know;
