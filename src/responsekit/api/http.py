@@ -14,7 +14,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..canonical.errors import APIError, error_body, error_type_for_status
+from ..canonical.errors import APIError, ContextOverflow, error_body, error_type_for_status
+from ..canonical.events import Error
 from ..canonical.jsontext import json_utf8
 from .streaming import ClientDisconnected
 
@@ -107,28 +108,32 @@ class JSONResponse(StarletteJSONResponse):
 
 ErrorBody = Callable[[int, str], dict[str, Any]]
 """A frontend's own error envelope: (HTTP status, message) -> body."""
+ErrorWords = Callable[[Error], str]
+"""How a frontend words a refusal its clients act on by its text (a context overflow)."""
 
-_error_bodies: list[tuple[tuple[str, ...], ErrorBody]] = []
+_error_bodies: list[tuple[tuple[str, ...], ErrorBody, ErrorWords | None]] = []
 
 
-def error_envelope(*prefixes: str) -> Callable[[ErrorBody], ErrorBody]:
+def error_envelope(*prefixes: str, words: ErrorWords | None = None) -> Callable[[ErrorBody], ErrorBody]:
     """Errors on paths under `prefixes` (before a stream starts: bad bodies, keys, unknown
     models, 404s) are rendered by the decorated function instead of OpenAI's envelope
     (the Messages API answers in Anthropic's, the Gemini API in Google's). A prefix ending in
-    `/` covers the paths below it, not the path without it."""
+    `/` covers the paths below it, not the path without it. `words` words a prompt the pipeline
+    counted past the window (`ContextOverflow`) as the frontend words an engine's refusal."""
 
     def register(body: ErrorBody) -> ErrorBody:
-        _error_bodies.append((prefixes, body))
+        _error_bodies.append((prefixes, body, words))
         return body
 
     return register
 
 
-def _error_response(request: Request, status: int, body: dict[str, Any], headers: Any = None) -> JSONResponse:
+def _error_response(request: Request, status: int, body: dict[str, Any], headers: Any = None,
+                    refusal: Error | None = None) -> JSONResponse:  # fmt: skip
     path = request.url.path
-    for prefixes, render in _error_bodies:
+    for prefixes, render, words in _error_bodies:
         if any(path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/") for prefix in prefixes):
-            body = render(status, body["error"]["message"])
+            body = render(status, words(refusal) if refusal is not None and words is not None else body["error"]["message"])
             break
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -136,7 +141,8 @@ def _error_response(request: Request, status: int, body: dict[str, Any], headers
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return _error_response(request, exc.status, exc.body())
+        refusal = exc.event() if isinstance(exc, ContextOverflow) else None
+        return _error_response(request, exc.status, exc.body(), refusal=refusal)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

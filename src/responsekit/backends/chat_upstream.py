@@ -28,6 +28,7 @@ from ..canonical.conversation import (
     NamedToolChoice,
     TextPart,
 )
+from ..canonical.errors import context_overflow
 from ..canonical.events import (
     Error,
     Event,
@@ -138,6 +139,7 @@ def upstream_error(status: int, text: str) -> Error:
     """The canonical error for an engine's HTTP error answer (or an error chunk)."""
     message = text.strip()
     code_hint = ""
+    details: dict[str, Any] = {}
     try:
         body = json.loads(text)
     except ValueError:
@@ -145,6 +147,7 @@ def upstream_error(status: int, text: str) -> Error:
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict):
+            details = error
             message = str(error.get("message") or error.get("detail") or message)
             code_hint = str(error.get("code") or error.get("type") or "")
         elif isinstance(error, str):
@@ -154,12 +157,21 @@ def upstream_error(status: int, text: str) -> Error:
     if status == 429 or "rate_limit" in lowered:
         return Error("rate_limit_exceeded", message, 429)
     if any(marker in lowered for marker in _CONTEXT_MARKERS):
-        return Error("context_length_exceeded", message, 400)
+        return refused_overflow(message, details)
     if status == 404 and "model" in lowered:
         return Error("model_not_found", message, 404)
     if 400 <= status < 500:
         return Error("invalid_request_error", message, 400 if status == 422 else status)
     return Error("server_error", message, 502, unanswered=status in UNAVAILABLE)
+
+
+def refused_overflow(message: str, details: dict[str, Any]) -> Error:
+    """An engine's refusal of a prompt too long for its window, with the counts it told, in OpenAI's
+    words when it told both (else its own)."""
+    prompt, window = windows.told_overflow(message, details)
+    if prompt is not None and window is not None:
+        return context_overflow(prompt, window)
+    return Error("context_length_exceeded", message, 400, window=window)
 
 
 class ChatUpstream:
@@ -254,14 +266,17 @@ class ChatUpstream:
         configured = self.config.window(model)
         return configured if configured is not None else self._windows.get(model)
 
-    async def fitted(self, request: GenerationRequest) -> GenerationRequest:
+    async def fitted(self, request: GenerationRequest) -> GenerationRequest | Error:
         """`request` with an output maximum the model's window has room for after the prompt:
         counted (by the engine where it can) only when the maximum may not fit, so that an engine
-        that refuses prompt and maximum beyond its window (vLLM) answers instead."""
+        that refuses prompt and maximum beyond its window (vLLM) answers instead; a prompt counted
+        exactly past the window is refused here, with its count, as the engine would refuse it."""
         window = self.context_window(request.model)
         if window is None or not windows.may_overflow(window, request):
             return request
-        prompt, _ = await self.count_tokens(request)
+        prompt, exact = await self.count_tokens(request)
+        if exact and prompt > window:
+            return context_overflow(prompt, window)
         room = windows.room_left(window, prompt, request.max_output_tokens)
         if room is None:
             return request
@@ -413,7 +428,11 @@ class ChatUpstream:
         return max(1, characters // 4), False
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        body = self.render(await self.fitted(request))
+        fitted = await self.fitted(request)
+        if isinstance(fitted, Error):
+            yield fitted
+            return
+        body = self.render(fitted)
         recording = self._recorder.start(self.name, "/chat/completions", body) if self._recorder else None
         try:
             async with aclosing(self._exchange(body, recording, request)) as events:

@@ -177,7 +177,11 @@ class CompletionsUpstream(ChatUpstream):
         if isinstance(plan, Error):
             yield plan
             return
-        body = self.completion_body(await self.fitted(request), plan)
+        fitted = await self.fitted(request)
+        if isinstance(fitted, Error):
+            yield fitted
+            return
+        body = self.completion_body(fitted, plan)
         recording = self._recorder.start(self.name, "/completions", body) if self._recorder else None
         try:
             async for event in self._stream(body, plan, recording):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..canonical.conversation import GenerationRequest
+from ..canonical.errors import context_overflow
 from ..canonical.events import Error, Event
 from ..config import LocalModel
 from ..prompting.stop_texts import StopTexts
@@ -168,8 +169,7 @@ class LlamaCppBackend:
         tokens = self._sequences[0].tokenize(plan.prompt)
         room = self.config.context - len(tokens)
         if room <= 0:
-            yield Error("context_length_exceeded", f"The prompt has {len(tokens)} tokens; model {self.model} "
-                        f"reads {self.config.context} at most.", 400)  # fmt: skip
+            yield context_overflow(len(tokens), self.config.context)
             return
         if len(self._waiting) >= self.config.max_queue and not self._free:
             yield Error("rate_limit_exceeded", f"model {self.model} is busy: {len(self._waiting)} requests "

@@ -1,5 +1,6 @@
 """Each served model's context window, read from its engine's own API when the router refreshes the
-model lists (never per request), and what a window leaves a request's output.
+model lists (never per request), what a window leaves a request's output, and what an engine's
+refusal of a prompt too long for it tells.
 
 Every engine tells its window somewhere else: vLLM and SGLang on each `/v1/models` entry, llama.cpp's
 server in `/props`, Ollama in `/api/ps` (loaded) or `/api/show`, LM Studio in its REST API. An engine
@@ -185,8 +186,49 @@ def may_overflow(window: int | None, request: GenerationRequest) -> bool:
     return most is None or wanted + most > window
 
 
+def prompt_may_overflow(window: int, request: GenerationRequest) -> bool:
+    """Whether a request's prompt alone might be longer than `window`: only then is it worth an
+    engine's exact count before generating."""
+    most = most_prompt_tokens(request)
+    return most is None or most > window
+
+
 def room_left(window: int, prompt_tokens: int, wanted: int | None) -> int | None:
     """The output maximum to send instead of `wanted`: what the window leaves after the prompt, when
     that is less (None: `wanted` fits, or the prompt alone fills the window and the engine says so)."""
     room = window - prompt_tokens
     return room if wanted is not None and 0 < room < wanted else None
+
+
+# What engines tell when a prompt does not fit: the window, and the prompt's tokens.
+# vLLM (vllm/entrypoints/openai/serving_engine.py, by version): "This model's maximum context length
+# is 8192 tokens. However, you requested 0 output tokens and your prompt contains at least 8193 input
+# tokens, …", "…However, your request has 9000 input tokens…", "…you requested 9000 tokens (8000 in
+# the messages, 1000 in the completion)…", "You passed 12289 input tokens … the model's context
+# length is only 16384 tokens"; SGLang: "The input (5000 tokens) is longer than the model's context
+# length (4096 tokens)"; OpenAI: "…However, your messages resulted in 130021 tokens"; llama.cpp:
+# `n_prompt_tokens` and `n_ctx` beside its message (tools/server/server-common.cpp); Anthropic's
+# "prompt is too long: 210432 tokens > 200000 maximum".
+_TOLD_WINDOW = re.compile(
+    r"maximum context length is (\d+)|context length is only (\d+)|model's context length \((\d+) tokens\)"
+    r"|available context size \((\d+) tokens\)|tokens > (\d+) maximum", re.IGNORECASE)  # fmt: skip
+_TOLD_PROMPT = re.compile(
+    r"prompt contains at least (\d+) input tokens|request has (\d+) input tokens|(\d+)(?: tokens)? in the messages"
+    r"|you passed (\d+) input tokens|resulted in (\d+) tokens|the input \((\d+) tokens\)"
+    r"|prompt is too long: (\d+) tokens", re.IGNORECASE)  # fmt: skip
+
+
+def told_overflow(message: str, error: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The prompt's tokens and the window an engine's refusal of a long prompt tells (`error`: its
+    error object), each None when not told. The prompt's count is kept only when it is past the
+    window: a count within it belongs to a refusal of prompt and output maximum together (vLLM's
+    lower bound), where the prompt alone is not too long."""
+    window = _positive(error.get("n_ctx")) or _first_number(_TOLD_WINDOW.search(message))
+    prompt = _positive(error.get("n_prompt_tokens")) or _first_number(_TOLD_PROMPT.search(message))
+    if prompt is not None and (window is None or prompt <= window):
+        prompt = None
+    return prompt, window
+
+
+def _first_number(match: re.Match[str] | None) -> int | None:
+    return int(next(group for group in match.groups() if group is not None)) if match else None

@@ -120,7 +120,9 @@ class Error:
     an engine fault the code does not tell apart (`refused`, `dropped`, `malformed`) for the
     metrics (`operations/metrics.py`); the client never sees it. `unanswered` marks an engine that never
     began an answer (refused, reset, 502/503, connect timeout): a pool may send the request
-    to another member instead (`backends/pool.py`).
+    to another member instead (`backends/pool.py`). A context overflow carries the prompt's
+    tokens and the model's window when the engine told them or the gateway counted them: each
+    frontend words them as its clients act on (Claude Code compacts by the two numbers).
     """
 
     code: str
@@ -128,6 +130,8 @@ class Error:
     status: int = 502
     fault: str | None = None
     unanswered: bool = False
+    prompt_tokens: int | None = None
+    window: int | None = None
 
 
 Event: TypeAlias = (

@@ -21,9 +21,9 @@ from typing import Any
 from ..backends import Backend
 from ..backends.fairness import Busy
 from ..backends.router import ModelRouter
-from ..backends.windows import room_left
+from ..backends.windows import prompt_may_overflow, room_left
 from ..canonical.conversation import GenerationRequest, NamedToolChoice, TextPart
-from ..canonical.errors import APIError
+from ..canonical.errors import APIError, ContextOverflow
 from ..canonical.events import Event
 from ..canonical.server_tools import NAMESPACE, ServerToolSpecs
 from ..canonical.toolset import ToolOrigin, ToolSet
@@ -248,17 +248,25 @@ class Pipeline:
         return count
 
     async def count_prompt(self, turn: Turn) -> None:
-        """The prompt's tokens, and an output maximum clamped to what the context leaves.
+        """The prompt's tokens, and an output maximum clamped to what the context leaves; a prompt
+        counted past the model's window is refused before any stream starts (`ContextOverflow`, a
+        400 each frontend words as its clients act on: Claude Code compacts by its numbers).
 
         A backend that counts without asking an engine (an in-process model) counts exactly: a
         maximum above what its window leaves (Claude Code asks 32k-64k) is clamped, logged and said
         in `Turn.clamped`, never refused. An engine behind HTTP would need a request to count: the
-        count is estimated, and the engine's backend fits each generation's maximum to the window
-        itself, counting only when it may not fit (`ChatUpstream.fitted`).
+        count is estimated unless the prompt may be past the window (`prompt_may_overflow`), and the
+        engine's backend fits each generation's maximum to the window itself, counting only when it
+        may not fit (`ChatUpstream.fitted`).
         """
         generation, upstream = turn.generation, turn.upstream
         window = upstream.context_window(generation.model)
-        turn.input_tokens = await self._prompt_tokens(turn)
+        if window is not None and (upstream.counts_locally or prompt_may_overflow(window, generation)):
+            turn.input_tokens, exact = await upstream.count_tokens(generation)
+            if exact and turn.input_tokens > window:
+                raise ContextOverflow(turn.input_tokens, window)
+        else:
+            turn.input_tokens = estimate_tokens(generation)
         if window is None or not upstream.counts_locally:
             return
         room = room_left(window, turn.input_tokens, generation.max_output_tokens)

@@ -67,6 +67,15 @@ def error_envelope(status: int, message: str) -> dict[str, Any]:
     return {"error": {"code": status, "message": message, "status": status_name(status)}}
 
 
+def error_message(error: Error) -> str:
+    """The engine's message; a context overflow in Google's words, with the prompt's tokens and
+    the window ("The input token count (N) exceeds the maximum number of tokens allowed (M).")."""
+    if error.code == "context_length_exceeded" and error.prompt_tokens is not None and error.window is not None:
+        return (f"The input token count ({error.prompt_tokens}) exceeds the maximum number of tokens allowed "
+                f"({error.window}).")  # fmt: skip
+    return error.message
+
+
 class GeminiRenderer:
     def __init__(
         self,
@@ -153,7 +162,7 @@ class GeminiRenderer:
         if isinstance(event, Error):
             self.finished = True
             self.error = event
-            return [error_envelope(event.status, event.message)]
+            return [error_envelope(event.status, error_message(event))]
         return []
 
     # --- parts -------------------------------------------------------------------------------

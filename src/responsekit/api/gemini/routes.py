@@ -27,7 +27,7 @@ from ..http import JSONResponse, error_envelope, read_body
 from ..routing import PlainRoute, json_body
 from ..streaming import SSE_HEADERS, EventStreamResponse, event_stream, unless_disconnected
 from .models import asks_google, model_page, one_model, served
-from .render import GeminiRenderer
+from .render import GeminiRenderer, error_message
 from .render import error_envelope as google_error
 from .request import CountTokensRequest, GenerateContentRequest, invalid, translate
 
@@ -44,7 +44,7 @@ ESTIMATED_HEADER = "x-responsekit-estimated"
 """Set on a `:countTokens` answer the engine could not count exactly (Google's body has no place for it)."""
 
 
-@error_envelope("/v1beta", "/v1alpha", "/v1/v1beta", "/v1/models/", "/v1/v1/models/")
+@error_envelope("/v1beta", "/v1alpha", "/v1/v1beta", "/v1/models/", "/v1/v1/models/", words=error_message)
 def _google_error(status: int, message: str) -> dict[str, Any]:
     return google_error(status, message)
 
@@ -93,7 +93,7 @@ async def _generate(request: Request, *, stream: bool) -> Response:
     await unless_disconnected(request, drain(renderer, events, turn.observer))
     if renderer.error is not None:
         error = renderer.error
-        return JSONResponse(google_error(error.status, error.message), status_code=error.status)
+        return JSONResponse(google_error(error.status, error_message(error)), status_code=error.status)
     return JSONResponse(renderer.response, headers=headers)
 
 

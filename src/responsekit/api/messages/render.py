@@ -78,11 +78,14 @@ def error_envelope(status: int, message: str) -> dict[str, Any]:
 
 
 def error_message(error: Error) -> str:
-    """The engine's message; a context overflow reads as Anthropic's, which clients act on
-    (Claude Code compacts its history on "prompt is too long")."""
-    if error.code == "context_length_exceeded":
-        return f"prompt is too long: {error.message}"
-    return error.message
+    """The engine's message; a context overflow reads as Anthropic's, which clients act on: Claude
+    Code compacts its history on "prompt is too long", by as much as the two numbers of Anthropic's
+    `prompt is too long: N tokens > M maximum` tell (the prompt's tokens, the window)."""
+    if error.code != "context_length_exceeded":
+        return error.message
+    if error.prompt_tokens is not None and error.window is not None:
+        return f"prompt is too long: {error.prompt_tokens} tokens > {error.window} maximum"
+    return f"prompt is too long: {error.message}"
 
 
 class MessagesRenderer:

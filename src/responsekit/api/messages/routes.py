@@ -38,7 +38,7 @@ CLAMPED_HEADER = "x-responsekit-max-tokens-clamped"
 """Set (to the limit used) when `max_tokens` was more than the engine's context leaves."""
 
 
-@error_envelope("/v1/messages", "/messages", "/v1/v1/messages")
+@error_envelope("/v1/messages", "/messages", "/v1/v1/messages", words=error_message)
 def _anthropic_error(status: int, message: str) -> dict[str, Any]:
     return anthropic_error(status, message)
 
