@@ -183,8 +183,8 @@ def test_codex_compacts_mid_turn(server, tmp_path, remote):
     work.mkdir()
     config = tomlkit.parse((home / "config.toml").read_text())
     config["model_auto_compact_token_limit"] = 20_000
-    if remote:
-        config["model_providers"]["responsekit"]["capabilities"] = {"remote_compaction": "v2"}  # type: ignore[index]
+    capability = "v2" if remote else "unsupported"  # either way, whatever `connect codex` declares
+    config["model_providers"]["responsekit"]["capabilities"] = {"remote_compaction": capability}  # type: ignore[index]
     (home / "config.toml").write_text(tomlkit.dumps(config))
 
     events = run_codex(home, work, "Run uname and tell me the result")
