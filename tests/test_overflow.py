@@ -22,6 +22,7 @@ from google import genai
 from google.genai import errors as genai_errors
 
 from responsekit.app import create_app
+from responsekit.backends.windows import told_overflow
 from responsekit.config import LocalModel, Settings
 
 from .conftest import Server, _engine_settings
@@ -57,6 +58,27 @@ def responses(url: str, **extra: Any) -> httpx.Response:
 def chat(url: str, **extra: Any) -> httpx.Response:
     return httpx.post(f"{url}/chat/completions", timeout=30, json={
         "model": "test-model", "messages": [{"role": "user", "content": LONG}], **extra})  # fmt: skip
+
+
+@pytest.mark.parametrize(("message", "told"), [
+    (json.loads(VLLM_REFUSAL["error_body"])["error"]["message"], (8193, 8192)),
+    (("This model's maximum context length is 4096 tokens. However, your request has 4176 input tokens. Please "
+     "reduce the length of the input messages."), (4176, 4096)),
+    (("This model's maximum context length is 4096 tokens. However, you requested 4176 tokens in the messages, "
+     "Please reduce the length of the messages."), (4176, 4096)),
+    ("The input (5000 tokens) is longer than the model's context length (4096 tokens).", (5000, 4096)),
+    ("request (9000 tokens) exceeds the available context size (8192 tokens), try increasing it", (9000, 8192)),
+    (OPENAI_WORDS, (8193, 8192)),
+    ("prompt is too long: 210432 tokens > 200000 maximum", (210432, 200000)),
+    # The prompt and the output maximum together past the window: the prompt alone is not too long.
+    (("This model's maximum context length is 262144 tokens. However, you requested 32000 output tokens and your "
+     "prompt contains at least 230145 input tokens, for a total of at least 262145 tokens."), (None, 262144)),
+    (("This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (8000 in the "
+     "messages, 1000 in the completion)."), (None, 8192)),
+    ("the request exceeds the available context size, try increasing it", (None, None)),
+])  # fmt: skip
+def test_what_an_engines_refusal_tells(message, told):
+    assert told_overflow(message, {}) == told
 
 
 def test_an_engine_refusing_as_vllm_does_reads_as_each_protocol_words_it(server):

@@ -200,21 +200,24 @@ def room_left(window: int, prompt_tokens: int, wanted: int | None) -> int | None
     return room if wanted is not None and 0 < room < wanted else None
 
 
-# What engines tell when a prompt does not fit: the window, and the prompt's tokens.
-# vLLM (vllm/entrypoints/openai/serving_engine.py, by version): "This model's maximum context length
-# is 8192 tokens. However, you requested 0 output tokens and your prompt contains at least 8193 input
-# tokens, …", "…However, your request has 9000 input tokens…", "…you requested 9000 tokens (8000 in
-# the messages, 1000 in the completion)…", "You passed 12289 input tokens … the model's context
-# length is only 16384 tokens"; SGLang: "The input (5000 tokens) is longer than the model's context
-# length (4096 tokens)"; OpenAI: "…However, your messages resulted in 130021 tokens"; llama.cpp:
-# `n_prompt_tokens` and `n_ctx` beside its message (tools/server/server-common.cpp); Anthropic's
-# "prompt is too long: 210432 tokens > 200000 maximum".
+# What engines tell when a prompt does not fit: the window, and the prompt's tokens. vLLM, by version
+# (https://github.com/vllm-project/vllm/blob/main/vllm/entrypoints/openai/serving_engine.py): "This
+# model's maximum context length is 8192 tokens. However, you requested 0 output tokens and your
+# prompt contains at least 8193 input tokens, …", "…your request has 9000 input tokens…", "…you
+# requested 9000 tokens (8000 in the messages, 1000 in the completion)…", "You passed 12289 input
+# tokens … the model's context length is only 16384 tokens"; SGLang
+# (https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/managers/tokenizer_manager.py):
+# "The input (5000 tokens) is longer than the model's context length (4096 tokens)"; OpenAI: "…your
+# messages resulted in 130021 tokens"; llama.cpp: `n_prompt_tokens` and `n_ctx` beside "request (9000
+# tokens) exceeds the available context size (8192 tokens)…" and its other wordings
+# (https://github.com/ggml-org/llama.cpp/blob/master/tools/server/server-task.cpp); Anthropic's "prompt
+# is too long: 210432 tokens > 200000 maximum".
 _TOLD_WINDOW = re.compile(
-    r"maximum context length is (\d+)|context length is only (\d+)|model's context length \((\d+) tokens\)"
-    r"|available context size \((\d+) tokens\)|tokens > (\d+) maximum", re.IGNORECASE)  # fmt: skip
+    r"maximum context length is (\d+)|context length is only (\d+)|context length \((\d+) tokens\)"
+    r"|context size \((\d+) tokens\)|tokens > (\d+) maximum", re.IGNORECASE)  # fmt: skip
 _TOLD_PROMPT = re.compile(
     r"prompt contains at least (\d+) input tokens|request has (\d+) input tokens|(\d+)(?: tokens)? in the messages"
-    r"|you passed (\d+) input tokens|resulted in (\d+) tokens|the input \((\d+) tokens\)"
+    r"|you passed (\d+) input tokens|resulted in (\d+) tokens|(?:input|request) \((\d+) tokens\)"
     r"|prompt is too long: (\d+) tokens", re.IGNORECASE)  # fmt: skip
 
 
