@@ -443,7 +443,8 @@ def test_the_request_reaches_the_engine_translated(server, caplog):
                                                           "required": ["city"]}  # fmt: skip
     assert sent["tool_choice"] == "required"
     assert (sent["temperature"], sent["top_p"], sent["max_tokens"], sent["stop"], sent["seed"]) == (0.2, 0.9, 321, ["END"], 7)
-    assert sent["presence_penalty"] == 0.5 and sent["reasoning_effort"] == "none"
+    assert sent["presence_penalty"] == 0.5 and sent["reasoning_effort"] == "low", "the nearest level it accepts"
+    assert sent["chat_template_kwargs"]["enable_thinking"] is False and sent["reasoning_budget_tokens"] == 0
     schema = sent["response_format"]["json_schema"]["schema"]
     assert sent["response_format"]["type"] == "json_schema"
     assert schema == {"type": "object", "properties": {
@@ -490,15 +491,18 @@ def test_function_calling_config(server, config, offered, expected):
         assert sent["tools"][-1]["function"]["parameters"] == {"type": "object", "properties": {"zone": {"type": "string"}}}
 
 
-@pytest.mark.parametrize(("thinking", "effort"), [
-    ({"thinkingBudget": 0}, "none"), ({"thinkingBudget": -1}, None), ({"thinkingBudget": 1024}, "low"),
-    ({"thinkingBudget": 8192}, "medium"), ({"thinkingBudget": 24576}, "high"), ({"thinkingLevel": "LOW"}, "low"),
-    ({"thinkingLevel": "high"}, "high"), ({"thinkingLevel": "MINIMAL"}, "minimal"), ({"includeThoughts": True}, None),
+@pytest.mark.parametrize(("thinking", "effort", "tokens"), [
+    ({"thinkingBudget": 0}, "low", 0), ({"thinkingBudget": -1}, None, None), ({"thinkingBudget": 1024}, "low", 1024),
+    ({"thinkingBudget": 8192}, "medium", 8192), ({"thinkingBudget": 24576}, "high", 24576),
+    ({"thinkingLevel": "LOW"}, "low", 1024), ({"thinkingLevel": "high"}, "high", 16384),
+    ({"thinkingLevel": "MINIMAL"}, "low", 512), ({"includeThoughts": True}, None, None),
 ])  # fmt: skip
-def test_thinking_config(server, thinking, effort):
+def test_thinking_config(server, thinking, effort, tokens):
+    """The level as the engine's model accepts it (`none` as thinking off), the budget in llama.cpp's field."""
     server.upstream.push(text_exchange("ok"))
     assert generate(server.url, body(generationConfig={"thinkingConfig": thinking})).status_code == 200
-    assert server.upstream.requests[-1].get("reasoning_effort") == effort
+    sent = server.upstream.requests[-1]
+    assert sent.get("reasoning_effort") == effort and sent.get("reasoning_budget_tokens") == tokens
 
 
 def test_json_without_a_schema_and_a_json_schema_as_given(server):

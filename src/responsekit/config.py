@@ -22,6 +22,7 @@ from pydantic_settings import (
 
 EngineKind = Literal["auto", "openai", "llamacpp", "vllm", "sglang", "ollama", "lmstudio", "generic"]
 ReasoningMode = Literal["separate", "inline", "none"]
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 def _check_format(value: str | None) -> str | None:
@@ -76,6 +77,13 @@ class UpstreamConfig(BaseModel):
     """How `reasoning.effort` is passed on (default by kind)."""
     reasoning_history_field: Literal["reasoning_content", "reasoning", "none"] | None = None
     """The assistant-message field that carries earlier reasoning back (default by kind)."""
+    reasoning_efforts: list[Effort] | dict[str, list[Effort]] | None = None
+    """The reasoning efforts the models here accept: one list for all of them, or a table by model
+    name; a level asked for outside it is sent as the nearest inside it. Unset: by kind (OpenAI's
+    `none` … `xhigh`), else `low`, `medium`, `high` (docs/engines.md, Reasoning effort)."""
+    thinking_budget_param: Literal["thinking_token_budget", "reasoning_budget_tokens", "none"] | None = None
+    """The field a thinking budget is passed in (default by kind: vLLM `thinking_token_budget`,
+    llama.cpp `reasoning_budget_tokens`, no other kind); `none` sends none."""
     parser: str | None = None
     """Parse raw model text in `content` (engines that do not parse): a format name, or
     `auto` to detect it from the model name; unset or `none`: off."""
@@ -133,6 +141,12 @@ class UpstreamConfig(BaseModel):
         if isinstance(self.vision, dict):
             return self.vision.get(model)
         return self.vision
+
+    def efforts(self, model: str) -> list[Effort] | None:
+        """What `reasoning_efforts` says of `model` (None: nothing)."""
+        if isinstance(self.reasoning_efforts, dict):
+            return self.reasoning_efforts.get(model)
+        return self.reasoning_efforts
 
     def window(self, model: str) -> int | None:
         """What `context_window` says of `model` (None: nothing)."""

@@ -47,6 +47,7 @@ from ..canonical.jsontext import json_utf8
 from ..config import EngineKind, ReasoningMode, UpstreamConfig
 from ..operations.record import Recorder, Recording
 from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
+from ..prompting.effort import DEFAULT_LEVELS, accepted, budget
 from . import windows
 from .engine_http import Answer, engine_http
 
@@ -73,6 +74,10 @@ class Dialect:
     max_tokens_field: str = "max_tokens"
     developer_role: bool = False
     prompt_cache_key: bool = False
+    efforts: tuple[str, ...] = DEFAULT_LEVELS
+    """The reasoning efforts its models accept unless configured (`prompting/effort.py`)."""
+    thinking_budget_param: str = "none"
+    """The request field of a per-request thinking budget, for engines that take one."""
     fetches_image_urls: bool = True
     """The engine fetches an image by http(s) URL itself. Ollama's OpenAI-compatible endpoint takes
     base64 images only (https://docs.ollama.com/api/openai-compatibility, "Image URL" unchecked);
@@ -90,9 +95,14 @@ DIALECTS: dict[str, Dialect] = {
         max_tokens_field="max_completion_tokens",
         developer_role=True,
         prompt_cache_key=True,
+        efforts=("none", "minimal", "low", "medium", "high", "xhigh"),  # https://platform.openai.com/docs/api-reference/chat/create
     ),
-    "llamacpp": Dialect(True, "both", "reasoning_content"),
-    "vllm": Dialect(True, "both", "reasoning_content"),
+    # https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md (`reasoning_budget_tokens`:
+    # the tokens the reasoning may take before the server closes it; 0 ends it at once)
+    "llamacpp": Dialect(True, "both", "reasoning_content", thinking_budget_param="reasoning_budget_tokens"),
+    # https://docs.vllm.ai/en/latest/features/reasoning_outputs.html (`thinking_token_budget`: the
+    # reasoning is ended once it has taken this many tokens)
+    "vllm": Dialect(True, "both", "reasoning_content", thinking_budget_param="thinking_token_budget"),
     "sglang": Dialect(True, "both", "reasoning_content"),
     "ollama": Dialect(True, "reasoning_effort", "reasoning", fetches_image_urls=False),
     "lmstudio": Dialect(True, "reasoning_effort", "reasoning_content", fetches_image_urls=False),
@@ -209,7 +219,8 @@ class ChatUpstream:
         base = DIALECTS.get(self.kind, DIALECTS["generic"])
         options = {
             key: value
-            for key in ("merge_system", "reasoning_effort_param", "reasoning_history_field", "fetches_image_urls")
+            for key in ("merge_system", "reasoning_effort_param", "reasoning_history_field", "fetches_image_urls",
+                        "thinking_budget_param")
             if (value := getattr(self.config, key)) is not None
         }
         return replace(base, **options) if options else base
@@ -381,15 +392,19 @@ class ChatUpstream:
                 body[key] = value
         if dialect.prompt_cache_key and request.prompt_cache_key:
             body["prompt_cache_key"] = request.prompt_cache_key
-        effort = request.reasoning_effort
-        if effort is not None:
+        asked = request.reasoning_effort
+        if asked is not None:
+            effort = accepted(asked, self.config.efforts(request.model) or dialect.efforts)
             if dialect.reasoning_effort_param in ("reasoning_effort", "both"):
                 body["reasoning_effort"] = effort
             if dialect.reasoning_effort_param in ("chat_template_kwargs", "both"):
                 body["chat_template_kwargs"] = {
                     "reasoning_effort": effort,
-                    "enable_thinking": effort != "none",
+                    "enable_thinking": asked != "none",
                 }
+        tokens = budget(asked, request.reasoning_budget, request.max_output_tokens)
+        if dialect.thinking_budget_param != "none" and tokens is not None:
+            body[dialect.thinking_budget_param] = tokens
         return body
 
     async def count_tokens(self, request: GenerationRequest) -> tuple[int, bool]:

@@ -99,6 +99,9 @@ class GenerationRequest:
     temperature: float | None = None
     top_p: float | None = None
     reasoning_effort: str | None = None
+    reasoning_budget: int | None = None
+    """The thinking tokens the client allows (the Messages API's `budget_tokens`, the Gemini API's
+    `thinkingBudget`); None: what the effort stands for (`prompting/effort.py`)."""
     stop: list[str] | None = None
     seed: int | None = None
     presence_penalty: float | None = None

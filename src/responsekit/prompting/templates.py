@@ -27,6 +27,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from ..canonical.conversation import GenerationRequest, ImagePart, Message
 from .builtin_templates import BUILTIN_TEMPLATES, choose_template
+from .effort import DEFAULT_LEVELS, accepted
 from .gguf_metadata import GGUFError, read_metadata
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,7 @@ def template_options(request: GenerationRequest) -> dict[str, Any]:
         return {}
     return {
         "enable_thinking": effort != "none",
-        "reasoning_effort": {"none": "low", "minimal": "low", "xhigh": "high"}.get(effort, effort),
+        "reasoning_effort": accepted(effort, DEFAULT_LEVELS),
     }
 
 

@@ -152,6 +152,9 @@ def translate(body: GenerateContentRequest, model: str, sealer: Sealer, *, web_s
         reasoning_effort=effort, stop=[stop for stop in config.stop_sequences or () if stop] or None, seed=config.seed,
         presence_penalty=config.presence_penalty, frequency_penalty=config.frequency_penalty,
     )  # fmt: skip
+    thinking = config.thinking_config
+    if thinking is not None and thinking.thinking_budget is not None and thinking.thinking_budget > 0:
+        generation.reasoning_budget = thinking.thinking_budget
     if specs:
         specs.max_tool_calls = MAX_SERVER_CALLS
     return Translation(generation, specs, show)

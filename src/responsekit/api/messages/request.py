@@ -113,6 +113,8 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
     effort, show = _thinking(body.thinking, body.output_config)
     generation = GenerationRequest(model=body.model, messages=messages, tools=tools, tool_choice=choice,
                                    parallel_tool_calls=parallel, reasoning_effort=effort)  # fmt: skip
+    if body.thinking is not None and body.thinking.get("type") == "enabled":
+        generation.reasoning_budget = body.thinking["budget_tokens"]  # checked by `_thinking`
     stops: list[str] = []
     if isinstance(body, CreateMessage):
         generation.max_output_tokens = body.max_tokens
