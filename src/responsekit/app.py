@@ -127,8 +127,11 @@ def create_app(settings: Settings) -> FastAPI:
             tracing.shutdown()
 
     # FastAPI's own /docs and /redoc load their scripts from CDNs: /docs is served from a package instead.
+    # FastAPI's native OpenTelemetry is off: the gateway traces its requests itself (`operations/tracing.py`),
+    # and FastAPI's asks the environment for OpenTelemetry's providers on every request
+    # (https://fastapi.tiangolo.com/advanced/opentelemetry/; the `telemetry` setting since FastAPI 0.162).
     app = Gateway(title="ResponseKit", version=__version__, lifespan=lifespan, default_response_class=JSONResponse,
-                  docs_url=None, redoc_url=None)  # fmt: skip
+                  docs_url=None, redoc_url=None, telemetry={"tracing": False, "metrics": False, "logs": False})  # fmt: skip
     app.state.settings = settings
     metrics = app.state.metrics = Metrics(router.serves) if settings.metrics else None
     app.state.router = router
