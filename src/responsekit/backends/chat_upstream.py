@@ -195,6 +195,7 @@ class ChatUpstream:
         self.kind: EngineKind = config.kind if config.kind != "auto" else kind_from_url(config.base_url)
         self._recorder = recorder
         self._undetected: set[str] = set()  # models `parser = "auto"` found no format for (logged once)
+        self._output_parsing: dict[str, OutputParsing] = {}
         self._text_only: set[str] = set()
         """Models the engine refused an image for (`learn_text_only`)."""
         self._told: dict[str, bool] = {}
@@ -227,7 +228,14 @@ class ChatUpstream:
 
     def output_parsing(self, model: str) -> OutputParsing:
         """The configured parsing of `model`'s output; `auto` detects the format from the
-        model name, and no parser applies when it names none."""
+        model name, and no parser applies when it names none. Worked out once per model: the
+        configuration does not change while the server runs."""
+        found = self._output_parsing.get(model)
+        if found is None:
+            found = self._output_parsing[model] = self._find_output_parsing(model)
+        return found
+
+    def _find_output_parsing(self, model: str) -> OutputParsing:
         options = self.config.parsing(model)
         name = options.parser
         if name == "template":  # derived from a chat template, which a chat upstream keeps to itself
