@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from responsekit.app import create_app
+from responsekit.backends.thinking_budget import ThinkingBudget
 from responsekit.canonical.conversation import GenerationRequest, Message, TextPart
 from responsekit.config import Settings, UpstreamConfig
 from responsekit.prompting.effort import accepted, budget
@@ -130,3 +131,16 @@ def test_templates_get_a_level_they_accept():
     assert template_options(request) == {"enable_thinking": True, "reasoning_effort": "high"}
     request.reasoning_effort = "none"
     assert template_options(request) == {"enable_thinking": False, "reasoning_effort": "low"}
+
+
+def test_a_thinking_budget_counts_inside_the_block_the_model_opens():
+    thinking = ThinkingBudget("<think>", "</think>", 2)
+    for text in ("Hi", "<th", "ink>", "a"):
+        thinking.feed(text)
+        assert not thinking.due()
+    thinking.feed("b")
+    assert thinking.inside and thinking.due(), "two tokens inside: the closer is due"
+    closed = ThinkingBudget("<think>", "</think>", 3, inside=True)
+    for text in ("a", "</", "think>"):
+        closed.feed(text)
+    assert closed.over and not closed.due(), "the model closed it itself"

@@ -31,7 +31,7 @@ from .harness import (
     strip_ids,
     wait_for,
 )
-from .tiny_gguf import write_tiny_gguf
+from .tiny_gguf import HERMES_TEMPLATE, write_tiny_gguf
 
 WEATHER_SCHEMA = {
     "type": "object",
@@ -354,3 +354,31 @@ def test_hf_repo_and_file_come_from_the_hugging_face_cache(tiny_gguf: Path, tmp_
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.mark.parametrize(("thinking", "spent"), [({"type": "enabled", "budget_tokens": 12}, 12),
+                                                 ({"type": "disabled"}, 0), ({"type": "adaptive"}, None)])  # fmt: skip
+def test_a_thinking_budget_ends_the_reasoning_at_its_limit(tmp_path: Path, thinking: dict[str, Any],
+                                                           spent: int | None) -> None:  # fmt: skip
+    """The template opens the reasoning and random weights never close it: at the budget the server
+    writes `</think>` in the model's place and the model answers; `disabled` closes it at once,
+    as this template cannot leave it out; without a budget the reasoning takes every token."""
+    template = HERMES_TEMPLATE.replace("{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}",
+                                       "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}")
+    assert template != HERMES_TEMPLATE
+    model = write_tiny_gguf(tmp_path / "thinker.gguf", template=template)
+    settings = Settings(probe=False, data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 's.db'}",
+                        models=[LocalModel(path=model, name="tiny")])  # fmt: skip
+    with serve(create_app(settings)) as url:
+        body = {"model": "tiny", "max_tokens": 60, "temperature": 0, "thinking": thinking,
+                "messages": [{"role": "user", "content": "Tell me a story."}]}  # fmt: skip
+        answer = httpx.post(f"{url}/v1/messages", json=body, timeout=60,
+                            headers={"anthropic-version": "2023-06-01", "x-api-key": "k"})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    blocks = answer.json()["content"]
+    reasoning = "".join(block["thinking"] for block in blocks if block["type"] == "thinking")
+    text = "".join(block["text"] for block in blocks if block["type"] == "text")
+    if spent is None:
+        assert reasoning and not text and answer.json()["usage"]["output_tokens"] == 60
+    else:
+        assert reasoning.count("work") == spent and text, "the random model writes one `work` a token"

@@ -226,7 +226,7 @@ class LlamaCppBackend:
               cancel: threading.Event, emit: Callable[[Any], None]) -> None:  # fmt: skip
         """The worker thread: generate until the end, the limit or the cancel flag."""
         try:
-            done = sequence.generate(tokens, limit, sampling, plan.grammar, cancel, emit)
+            done = sequence.generate(tokens, limit, sampling, plan.grammar, cancel, emit, plan.thinking)
         except Exception as exc:  # a llama.cpp failure must end the stream, not the server
             log.exception("model %s: generation failed", self.model)
             emit(exc)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..canonical.conversation import GenerationRequest
 from ..prompting.grammars import Grammar
+from .thinking_budget import ThinkingBudget
 
 PENALTY_WINDOW = 64
 """Tokens the presence and frequency penalties look back on (llama.cpp's default)."""
@@ -139,8 +140,10 @@ class Sequence:
         self.llama.close()
 
     def generate(self, tokens: list[int], limit: int, sampling: Sampling, grammar: Grammar | None,
-                 cancel: threading.Event, emit: Callable[[str], None]) -> Outcome:  # fmt: skip
-        """Generate up to `limit` tokens after `tokens`, emitting text as it decodes."""
+                 cancel: threading.Event, emit: Callable[[str], None],
+                 thinking: ThinkingBudget | None = None) -> Outcome:  # fmt: skip
+        """Generate up to `limit` tokens after `tokens`, emitting text as it decodes; at the
+        `thinking` budget, its closer is written in the model's place."""
         llama = self.llama
         cached = self._reuse(tokens)
         outcome = Outcome("length", len(tokens), 0, cached)
@@ -158,6 +161,15 @@ class Sequence:
                 if cancel.is_set():
                     outcome.reason = "cancelled"
                     break
+                if thinking is not None and thinking.due():
+                    forced = self.llama.tokenize(thinking.closer.encode("utf-8"), add_bos=False, special=True)
+                    for token in forced:  # the grammar, if any, follows what was written
+                        self._native.llama_sampler_accept(sampler.sampler, token)
+                    emit(decoder.decode(b"".join(piece(token) for token in forced)))
+                    llama.eval(forced)
+                    outcome.completion_tokens += len(forced)
+                    thinking.over = True
+                    continue
                 token = sampler.sample(llama._ctx, -1)
                 if self._native.llama_vocab_is_eog(self._vocab, token):
                     outcome.reason = "stop"
@@ -166,6 +178,8 @@ class Sequence:
                 text = decoder.decode(piece(token))
                 if text:
                     emit(text)
+                if thinking is not None:
+                    thinking.feed(text)
                 llama.eval([token])
                 if cancel.is_set():
                     outcome.tokens_after_cancel += 1

@@ -23,9 +23,11 @@ from ..prompting import grammars
 from ..prompting.derive import TemplateSyntax, derive, reads_sample_call
 from ..prompting.derived_parser import NAME as DERIVED
 from ..prompting.derived_parser import derived_parser
+from ..prompting.effort import budget
 from ..prompting.templates import ChatTemplate, TemplateError
 from . import generic_tools
 from .chat_upstream import ChunkTranslator, OutputParsing
+from .thinking_budget import ThinkingBudget
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ class Plan:
     stops: list[str]
     grammar: grammars.Grammar | None
     translator: ChunkTranslator
+    thinking: ThinkingBudget | None = None
+    """Where the model reasons and a budget applies: where its reasoning is ended."""
 
 
 class ModelPrompting:
@@ -134,7 +138,17 @@ class ModelPrompting:
             return Plan(prompt, stops, self._generic_grammar(request), ChunkTranslator(request, parsing))
         thinking_open = self.parser.thinking_open_in(prompt) if self.parser else False
         translator = ChunkTranslator(request, OutputParsing(self.parser, thinking_open, self.reasoning_mode))
-        return Plan(prompt, stops, self._grammar(request, thinking_open), translator)
+        return Plan(prompt, stops, self._grammar(request, thinking_open), translator, self._budget(request, thinking_open))
+
+    def _budget(self, request: GenerationRequest, thinking_open: bool) -> ThinkingBudget | None:
+        """The request's thinking budget, closed by the template's end-of-reasoning marker (and what
+        follows it before the answer: gpt-oss's `<|start|>assistant`)."""
+        tokens = budget(request.reasoning_effort, request.reasoning_budget, request.max_output_tokens)
+        tags = self._reasoning_tags()
+        if tokens is None or tags is None or not self._writes_reasoning():
+            return None
+        after = getattr(self.call_syntax, "after_reasoning", "")
+        return ThinkingBudget(tags[0], tags[1] + after, tokens, inside=thinking_open)
 
     def _generic_grammar(self, request: GenerationRequest) -> grammars.Grammar | None:
         """The whole output one JSON object: the calls, or with `auto` the calls or the answer
