@@ -60,6 +60,9 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     """For `tool` messages: the call this is the result of."""
+    tools_found: list[str] = field(default_factory=list)
+    """For the result of a client's tool search: the names of the deferred tools it found,
+    offered to the model from then on (`orchestration/tool_search.py`)."""
 
     def text(self) -> str:
         """The message's text parts joined (images left out)."""
@@ -74,6 +77,8 @@ class FunctionTool:
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    deferred: bool = False
+    """Declared with `defer_loading`: withheld from the model until a tool search finds it."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,7 +8,7 @@ one, finds out from its name whether to run it or hand it to the client.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -17,18 +17,20 @@ from .errors import APIError
 
 CUSTOM_INPUT = "input"
 """The one argument of a custom tool as the model sees it."""
+TOOL_SEARCH = "tool_search"
+"""The function a client's tool search is offered as (Codex's `tool_search` tool)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ToolOrigin:
     """What a model-facing function name stands for on the client's side.
 
-    `function` and `custom` calls go back to the client; `file_search`, `web_search`,
+    `function`, `custom` and `tool_search` calls go back to the client; `file_search`, `web_search`,
     `web_fetch` (Anthropic's server tool) and `mcp` calls the server runs itself (`namespace` is then the MCP server's label, or `web`
     for the web functions), unless they need the user's approval first.
     """
 
-    kind: Literal["function", "custom", "file_search", "web_search", "web_fetch", "mcp"]
+    kind: Literal["function", "custom", "tool_search", "file_search", "web_search", "web_fetch", "mcp"]
     name: str
     namespace: str | None = None
     needs_approval: bool = False
@@ -49,6 +51,9 @@ class ToolSet:
     """The tools as the client declared them, for its answer to echo (the Response's `tools`)."""
     allowed: frozenset[str] | None = None
     """Model-facing names the request's tool choice limits the offer to (`allowed_tools`)."""
+    declare: Callable[[Any], list[tuple[ToolOrigin, FunctionTool]]] | None = None
+    """The frontend's reading of a tool as its client declares it, for the tools a client's tool
+    search finds (`found`); its mistakes are `APIError`s."""
 
     def add(self, entries: Sequence[tuple[ToolOrigin, FunctionTool]]) -> None:
         """Name `entries` for the model: a namespaced tool is `namespace__name` where its name is
@@ -61,6 +66,15 @@ class ToolSet:
                 raise APIError(400, f"Duplicate tool name `{model_name}`.", param="tools", code="invalid_value")
             self.origins[model_name] = origin
             self.functions.append(replace(function, name=model_name))
+
+    def found(self, declaration: Any) -> list[FunctionTool]:
+        """The functions of a tool a client's tool search found, declared here when the request
+        does not declare them (Codex sends them only in its `tool_search_output`)."""
+        entries = self.declare(declaration) if self.declare is not None else []
+        self.add([(origin, function) for origin, function in entries
+                  if self.model_name(origin.name, origin.namespace) not in self.origins])  # fmt: skip
+        names = {self.model_name(origin.name, origin.namespace) for origin, _ in entries}
+        return [function for function in self.functions if function.name in names]
 
     def offered(self) -> list[FunctionTool]:
         """The functions the model is offered."""

@@ -12,11 +12,20 @@ import json
 import logging
 from typing import Any
 
-from ..canonical.conversation import FilePart, ImagePart, Message, Part, TextPart, ToolCall
+from ..canonical.conversation import (
+    FilePart,
+    FunctionTool,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    ToolCall,
+)
+from ..canonical.errors import APIError
 from ..canonical.ids import new_id
 from ..canonical.server_tools import NAMESPACE as WEB
 from ..canonical.server_tools import call_of
-from ..canonical.toolset import CUSTOM_INPUT, ToolSet
+from ..canonical.toolset import CUSTOM_INPUT, TOOL_SEARCH, ToolSet
 from ..store import MODEL_READ
 from ..tools.file_search import format_results
 
@@ -165,6 +174,32 @@ class _HistoryBuilder:
         else:
             text = "The results of this search were not kept."
         self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
+
+    def _tool_search_call(self, item: dict[str, Any]) -> None:
+        """A client's tool search, as the model called it (`TOOL_SEARCH`)."""
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise _Skip("tool_search_call without a call_id (one the server ran)")
+        arguments = item.get("arguments")
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
+        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(call_id, self.toolset.model_name(TOOL_SEARCH), text))
+
+    def _tool_search_output(self, item: dict[str, Any]) -> None:
+        """What a client's tool search found: the model reads the tools, which are offered from
+        then on (declared from the item when the request does not declare them)."""
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise _Skip("tool_search_output without a call_id")
+        found: list[FunctionTool] = []
+        for position, tool in enumerate(item.get("tools") or ()):
+            try:
+                found += self.toolset.found(tool)
+            except APIError as error:
+                log.warning("leaving out tool %d of tool search output %s: %s", position, call_id, error.message)
+        lines = [f"- {tool.name}" + (f": {tool.description}" if tool.description else "") for tool in found]
+        text = "Tools found, callable from now on:\n" + "\n".join(lines) if lines else "No tools were found."
+        self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id,
+                                     tools_found=[tool.name for tool in found]))  # fmt: skip
 
     def _mcp_list_tools(self, item: dict[str, Any]) -> None:
         """Listings are for the client and the server (which reuses them), not the model."""

@@ -191,6 +191,7 @@ class Orchestrator:
         made what the model reads."""
         items = await _answer_approvals(history + inputs, turn.mcp_servers or {}, turn.server_tools)
         turn.generation.messages = self._messages(request, turn.toolset, items)
+        turn.generation.tools = turn.toolset.offered()  # with the tools a tool search brought (history.py)
         turn.generation.affinity_key = _affinity_key(request, history, inputs)
         await self.pipeline.attach(turn, owner)
 

@@ -43,6 +43,7 @@ from .attachments import Attachments
 from .context_editing import AppliedEdit, ContextEdit, apply_edits
 from .limits import Limiter, Meter, Refused
 from .tool_loop import with_server_tools
+from .tool_search import withhold_deferred
 from .usage import UsageLedger
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,9 @@ class Pipeline:
     async def _readable(self, generation: GenerationRequest, owner: str) -> tuple[Backend, GenerationRequest]:
         """The routed backend, and `generation` as its model reads it (attachments prepared)."""
         upstream, generation.model = await self.router.resolve(generation.model)
-        return upstream, await self.attachments.prepare(upstream, generation, owner)
+        generation = await self.attachments.prepare(upstream, generation, owner)
+        withhold_deferred(generation)
+        return upstream, generation
 
     # --- the steps, in this order ---------------------------------------------------------
 
@@ -231,8 +234,10 @@ class Pipeline:
         turn.toolset.add(server_tools.functions)
 
     async def attach(self, turn: Turn, owner: str) -> None:
-        """Images and documents made what the routed model reads (`attachments.py`)."""
+        """Images and documents made what the routed model reads (`attachments.py`), and the
+        deferred tools no tool search has found yet left out (`tool_search.py`)."""
         turn.generation = await self.attachments.prepare(turn.upstream, turn.generation, owner)
+        withhold_deferred(turn.generation)
 
     async def edit_context(self, turn: Turn, edits: Sequence[ContextEdit]) -> None:
         """Clear what `edits` say from the history the engine gets (`context_editing.py`), their

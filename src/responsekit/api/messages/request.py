@@ -96,8 +96,9 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
     tools, web, fetch = _tools(body.tools or [], web_search)
     system = _system(body.system)
     messages: list[Message] = []
+    named = {tool.name: tool for tool in tools}
     for position, message in enumerate(body.messages):
-        translated = _message(message, sealer, system)
+        translated = _message(message, sealer, system, named)
         if translated is None:
             log.warning("skipping message %d: %s", position, str(message)[:120])
         messages += translated or []
@@ -164,7 +165,8 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
     """Client tools as functions, and the web search and web fetch server tools when the server
     runs them (docs/web-search.md). Other server tools (`code_execution_*`, Anthropic-defined
     `bash_*`/`text_editor_*`…) have no schema here and nobody to run them: left out with a warning.
-    `defer_loading` tools are offered plainly, like the others (no tool search is run here)."""
+    A `defer_loading` tool is deferred: offered once a `tool_reference` names it (Claude Code's
+    ToolSearch answers with those; `orchestration/tool_search.py`)."""
     functions = []
     web: dict[str, Any] | None = None
     fetch: dict[str, Any] | None = None
@@ -189,7 +191,8 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
         description = tool.get("description")
         strict = tool.get("strict")
         functions.append(FunctionTool(name, description if isinstance(description, str) else None, schema,
-                                      strict if isinstance(strict, bool) else None))  # fmt: skip
+                                      strict if isinstance(strict, bool) else None,
+                                      deferred=tool.get("defer_loading") is True))  # fmt: skip
     return functions, web, fetch
 
 
@@ -269,9 +272,10 @@ def _thinking(thinking: dict[str, Any] | None, output: dict[str, Any] | None) ->
 # --- the history -------------------------------------------------------------------------
 
 
-def _message(message: Any, sealer: Sealer, system: list[str]) -> list[Message] | None:
+def _message(message: Any, sealer: Sealer, system: list[str], tools: dict[str, FunctionTool]) -> list[Message] | None:
     """One Anthropic message as canonical messages (a user turn's tool results become `tool`
-    messages); None when nothing of it is usable. System text joins `system`."""
+    messages); None when nothing of it is usable. System text joins `system`; `tools`: the
+    request's, by name (what a `tool_reference` names)."""
     if not isinstance(message, dict):
         return None
     role, content = message.get("role"), message.get("content")
@@ -284,19 +288,19 @@ def _message(message: Any, sealer: Sealer, system: list[str]) -> list[Message] |
         system.append("".join(part.text for part in parts if isinstance(part, TextPart)))
         return []
     if role == "user":
-        return _user(content)
+        return _user(content, tools)
     if role == "assistant":
         return _assistant(content, sealer)
     return None
 
 
-def _user(blocks: list[Any]) -> list[Message]:
+def _user(blocks: list[Any], tools: dict[str, FunctionTool]) -> list[Message]:
     """Tool results as `tool` messages, the other blocks as user messages between them, in order."""
     out: list[Message] = []
     parts: list[Part] = []
     for block in blocks:
         if isinstance(block, dict) and block.get("type") == "tool_result":
-            result = _tool_result(block)
+            result = _tool_result(block, tools)
             if result is not None:
                 if parts:
                     out.append(Message("user", parts))
@@ -309,16 +313,30 @@ def _user(blocks: list[Any]) -> list[Message]:
     return out
 
 
-def _tool_result(block: dict[str, Any]) -> Message | None:
+def _tool_result(block: dict[str, Any], tools: dict[str, FunctionTool]) -> Message | None:
+    """A tool result; the `tool_reference` blocks in it (a tool search's finds) are offered
+    from then on, and the model reads which tools they are."""
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         log.warning("skipping a tool_result without tool_use_id")
         return None
     content = block.get("content")
-    parts = _parts([{"type": "text", "text": content}] if isinstance(content, str) else content or [], "tool_result")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+    found = [str(b["tool_name"]) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_reference"
+             and isinstance(b.get("tool_name"), str)]  # fmt: skip
+    parts = _parts([b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_reference")], "tool_result")
+    if found:
+        parts.append(TextPart(("\n" if parts else "") + "\n".join(_reference(name, tools.get(name)) for name in found)))
     if block.get("is_error") is True:  # the canonical result has no error flag: the model reads it
         parts.insert(0, TextPart("Error: "))
-    return Message("tool", parts, tool_call_id=call_id)
+    return Message("tool", parts, tool_call_id=call_id, tools_found=found)
+
+
+def _reference(name: str, tool: FunctionTool | None) -> str:
+    """A `tool_reference` as the model reads it: the tool it may call from now on."""
+    if tool is None:
+        return f"Tool {name} was found, but this request does not declare it."
+    return f"Tool {name} is now available" + (f": {tool.description}" if tool.description else ".")
 
 
 def _assistant(blocks: list[Any], sealer: Sealer) -> list[Message]:
@@ -429,9 +447,6 @@ def _parts(blocks: Any, where: str) -> list[Part]:
             parts.append(document)
         elif kind == "search_result" and isinstance(block.get("content"), list):
             parts += _parts(block["content"], where)
-        elif kind == "tool_reference" and isinstance(block.get("tool_name"), str):
-            # What Claude Code's ToolSearch answers: deferred tools are offered from the start here.
-            parts.append(TextPart(f"Tool loaded: {block['tool_name']}"))
         else:
             log.warning("skipping a %s block of type %r", where, kind)
     return parts

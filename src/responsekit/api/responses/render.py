@@ -354,6 +354,9 @@ class ResponseRenderer:
                     "call_id": event.id, "name": origin.name, "input": ""}  # fmt: skip
             if origin.namespace:
                 item["namespace"] = origin.namespace
+        elif kind == "tool_search":  # no events of its own stream its arguments (openai-python's types)
+            item = {"id": new_id("tsc"), "type": "tool_search_call", "status": "in_progress", "call_id": event.id,
+                    "execution": "client", "arguments": {}}  # fmt: skip
         elif kind == "file_search":
             item = {"id": new_id("fs"), "type": "file_search_call", "status": "in_progress", "queries": [],
                     "results": None}  # fmt: skip
@@ -415,6 +418,8 @@ class ResponseRenderer:
                 self._custom_delta(out, call, text[len(call.streamed_input):])
             item["input"] = text
             out.append(self._event("response.custom_tool_call_input.done", **where, input=text))
+        elif call.kind == "tool_search":
+            item["arguments"] = _search_arguments(arguments)
         elif call.kind == "file_search":
             item["queries"] = _queries(arguments)
             if status == "completed":
@@ -444,7 +449,7 @@ class ResponseRenderer:
                     self._waiting[index] = call
                     return
         if call.kind != "mcp_approval":
-            item["status"] = status if call.kind in ("function", "custom") else "incomplete"
+            item["status"] = status if call.kind in ("function", "custom", "tool_search") else "incomplete"
         broken = call.kind == "function" and status == "completed" and not _is_json(item["arguments"])
         if broken:
             log.warning("the model called %s with arguments that are not JSON: %.200r", item["name"], item["arguments"])
@@ -622,6 +627,16 @@ def _queries(arguments: str) -> list[str]:
     queries = value.get("queries", value.get("query", []))
     queries = [queries] if isinstance(queries, str) else queries
     return [str(query) for query in queries if query] if isinstance(queries, list) else []
+
+
+def _search_arguments(arguments: str) -> dict[str, Any]:
+    """A tool search call's arguments as the object a `tool_search_call` holds (`{query, limit}`);
+    text that is no JSON object is taken as the query."""
+    try:
+        value = jiter.from_json(arguments.encode()) if arguments.strip() else {}
+    except ValueError:
+        return {"query": arguments}
+    return value if isinstance(value, dict) else {"query": str(value)}
 
 
 def _added(first: Usage, second: Usage) -> Usage:

@@ -2,7 +2,9 @@
 
 `custom` tools (Codex's apply_patch) become a function with one string argument and come
 back as `custom_tool_call` items; `namespace` tools are flattened so the model sees
-every function, and calls are mapped back to their namespace. Hosted tools that no
+every function, and calls are mapped back to their namespace. A `defer_loading` tool is
+deferred until a `tool_search_output` finds it; a `tool_search` the client runs (Codex's) is
+offered as a function whose calls come back as `tool_search_call` items. Hosted tools that no
 component of this server runs are dropped with a warning (web search without a
 configured provider, for one).
 """
@@ -16,7 +18,7 @@ from ...canonical.conversation import FunctionTool, NamedToolChoice, ToolChoice
 from ...canonical.errors import APIError
 from ...canonical.server_tools import ACTIONS as WEB_FUNCTIONS
 from ...canonical.server_tools import NAMESPACE as WEB
-from ...canonical.toolset import CUSTOM_INPUT, ToolOrigin, ToolSet
+from ...canonical.toolset import CUSTOM_INPUT, TOOL_SEARCH, ToolOrigin, ToolSet
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ SERVED_TOOL_TYPES = frozenset({"file_search", "mcp"})
 def translate_tools(tools: list[Any], web_search: bool = False) -> ToolSet:
     """The functions the model sees for the client's tools (the orchestrator adds the ones it serves);
     `web_search`: whether the server has a search engine to run web search tools with."""
-    toolset = ToolSet()
+    toolset = ToolSet(declare=declared)
     entries: list[tuple[ToolOrigin, FunctionTool]] = []
     for position, tool in enumerate(tools):
         param = f"tools[{position}]"
@@ -43,24 +45,16 @@ def translate_tools(tools: list[Any], web_search: bool = False) -> ToolSet:
             raise APIError(400, "Each tool must be an object with a `type`.", param=param, code="invalid_value")
         kind = tool["type"]
         if kind in ("function", "custom"):
-            _require_name(tool, param)
-            entries.append((ToolOrigin(kind, tool["name"]), _function(tool["name"], tool)))
+            entries += declared(tool, param)
             toolset.echo.append(_echo(tool))
         elif kind == "namespace":
-            _require_name(tool, param)
-            inner = tool.get("tools")
-            if not isinstance(inner, list):
-                raise APIError(400, "A namespace tool needs a `tools` array.", param=f"{param}.tools", code="invalid_value")
-            for index, member in enumerate(inner):
-                member_param = f"{param}.tools[{index}]"
-                if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
-                    raise APIError(400, "Namespace members must be function or custom tools.", param=member_param, code="invalid_value")
-                _require_name(member, member_param)
-                origin = ToolOrigin(member["type"], member["name"], tool["name"])
-                entries.append((origin, _function(member["name"], member)))
+            entries += declared(tool, param)
             toolset.echo.append(
-                {**tool, "description": tool.get("description", ""), "tools": [_echo(m) for m in inner]}
+                {**tool, "description": tool.get("description", ""), "tools": [_echo(m) for m in tool["tools"]]}
             )
+        elif kind == "tool_search" and tool.get("execution") == "client":
+            entries.append((ToolOrigin("tool_search", TOOL_SEARCH), _search_function(tool)))
+            toolset.echo.append(tool)
         elif kind in HOSTED_TOOL_TYPES:
             if kind in WEB_SEARCH_TOOL_TYPES and not web_search:
                 log.warning("dropping hosted tool %r: no web_search_provider is configured (docs/web-search.md)", kind)
@@ -112,14 +106,52 @@ def translate_tool_choice(choice: Any, toolset: ToolSet, web_search: bool = Fals
     )
 
 
+def declared(tool: Any, param: str = "tool") -> list[tuple[ToolOrigin, FunctionTool]]:
+    """A function, custom or namespace tool as the functions the model sees (its mistakes 400s);
+    `defer_loading` on a namespace defers its members. Also what a `tool_search_output` brings."""
+    if not isinstance(tool, dict) or tool.get("type") not in ("function", "custom", "namespace"):
+        raise APIError(400, "Expected a function, custom or namespace tool.", param=param, code="invalid_value")
+    _require_name(tool, param)
+    if tool["type"] != "namespace":
+        return [(ToolOrigin(tool["type"], tool["name"]), _function(tool["name"], tool))]
+    inner = tool.get("tools")
+    if not isinstance(inner, list):
+        raise APIError(400, "A namespace tool needs a `tools` array.", param=f"{param}.tools", code="invalid_value")
+    entries = []
+    for index, member in enumerate(inner):
+        member_param = f"{param}.tools[{index}]"
+        if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
+            raise APIError(400, "Namespace members must be function or custom tools.", param=member_param, code="invalid_value")
+        _require_name(member, member_param)
+        function = _function(member["name"], member)
+        function.deferred = function.deferred or tool.get("defer_loading") is True
+        entries.append((ToolOrigin(member["type"], member["name"], tool["name"]), function))
+    return entries
+
+
+def _search_function(tool: dict[str, Any]) -> FunctionTool:
+    """The client's tool search as a function: its own description and parameters when it gives
+    them (Codex does), else a query and a limit, the arguments of a `tool_search_call`
+    (https://developers.openai.com/api/docs/guides/tools-tool-search)."""
+    parameters = tool.get("parameters")
+    if not isinstance(parameters, dict):
+        parameters = {"type": "object", "properties": {
+            "query": {"type": "string", "description": "What the tools to find should do."},
+            "limit": {"type": "integer", "description": "The most tools to find."}}, "required": ["query"]}  # fmt: skip
+    description = tool.get("description")
+    return FunctionTool(TOOL_SEARCH, description if isinstance(description, str) and description else
+                        "Search the deferred tools; the tools found become callable.", parameters)  # fmt: skip
+
+
 def _require_name(tool: dict[str, Any], param: str) -> None:
     if not isinstance(tool.get("name"), str) or not tool["name"]:
         raise APIError(400, f"Missing required parameter: '{param}.name'.", param=f"{param}.name", code="missing_required_parameter")
 
 
 def _function(name: str, tool: dict[str, Any]) -> FunctionTool:
+    deferred = tool.get("defer_loading") is True
     if tool["type"] == "function":
-        return FunctionTool(name, tool.get("description"), tool.get("parameters"), tool.get("strict"))
+        return FunctionTool(name, tool.get("description"), tool.get("parameters"), tool.get("strict"), deferred)
     description = tool.get("description") or ""
     form = tool.get("format") or {}
     if form.get("type") == "grammar" and form.get("definition"):
@@ -133,7 +165,7 @@ def _function(name: str, tool: dict[str, Any]) -> FunctionTool:
         "required": [CUSTOM_INPUT],
         "additionalProperties": False,
     }
-    return FunctionTool(name, description.strip() or None, parameters, None)
+    return FunctionTool(name, description.strip() or None, parameters, None, deferred)
 
 
 def _echo(tool: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,225 @@
+"""Tool search run by the client, as Claude Code and Codex run it: deferred tools stay out of the
+engine's request until a search result names them, and from then on they are offered.
+
+Claude Code declares tools with `defer_loading` and a `ToolSearch` tool whose results hold
+`tool_reference` blocks; Codex offers a `tool_search` tool with `execution: "client"`, whose calls
+come back as `tool_search_call` items and whose results (`tool_search_output`) bring the tools
+found. Requests and answers are validated with the `anthropic` and `openai` SDKs' types.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from anthropic.types.beta import BetaMessage, BetaMessageParam, BetaToolParam
+from openai.types.responses import ResponseInputItemParam, ResponseToolSearchCall, ToolParam
+from pydantic import TypeAdapter
+
+from .harness import check_stream, read_sse, text_exchange, tool_call_exchange
+from .test_messages import create
+from .test_messages import stream as messages_stream
+
+MCP_TOOLS = 60
+"""The MCP-like tools of an agent with a few MCP servers."""
+SCHEMA = {"type": "object", "properties": {"repository": {"type": "string", "description": "owner/name"},
+          "query": {"type": "string", "description": "What to look for, in the service's own search syntax."},
+          "limit": {"type": "integer", "description": "The most results to return."}},
+          "required": ["repository", "query"]}  # fmt: skip
+
+
+def description(index: int) -> str:
+    return f"Tool {index} of the service: lists, reads and changes its records of kind {index}, page by page."
+
+
+def claude_tools() -> list[dict[str, Any]]:
+    """Claude Code's tools with tool search on: its ToolSearch, Read, and MCP tools deferred."""
+    search = {"name": "ToolSearch", "description": "Fetches full schema definitions for deferred tools.",
+              "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}
+    read = {"name": "Read", "description": "Reads a file.", "input_schema": {"type": "object", "properties": {
+        "file_path": {"type": "string"}}, "required": ["file_path"]}}  # fmt: skip
+    mcp = [{"name": f"mcp__service__tool_{index}", "description": description(index), "input_schema": SCHEMA,
+            "defer_loading": True} for index in range(MCP_TOOLS)]  # fmt: skip
+    tools = [search, read, *mcp]
+    for tool in tools:
+        TypeAdapter(BetaToolParam).validate_python(tool)
+    return tools
+
+
+def offered(request: dict[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in request.get("tools") or ()}
+
+
+def claude_history(*found: str) -> list[dict[str, Any]]:
+    """A user's ask, the model's ToolSearch call and its result naming `found`."""
+    messages = [
+        {"role": "user", "content": "List the service's records."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ToolSearch",
+                                           "input": {"query": "records"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "tool_reference", "tool_name": name} for name in found]}]},
+    ]
+    for message in messages:
+        TypeAdapter(BetaMessageParam).validate_python(message)
+    return messages
+
+
+def claude_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": "test-model", "max_tokens": 1000, "messages": messages, "tools": claude_tools()}
+
+
+def test_claude_codes_deferred_tools_wait_for_a_tool_reference(server):
+    server.upstream.push(text_exchange("I will search."), text_exchange("Found them."))
+    first = create(server.url, claude_body([{"role": "user", "content": "hi"}]))
+    assert first.status_code == 200, first.text
+    BetaMessage.model_validate(first.json(), strict=True)
+    assert offered(server.upstream.requests[0]) == {"ToolSearch", "Read"}, "the deferred tools withheld"
+
+    answer = create(server.url, claude_body(claude_history("mcp__service__tool_3", "mcp__service__tool_7")))
+    assert answer.status_code == 200, answer.text
+    BetaMessage.model_validate(answer.json(), strict=True)
+    sent = server.upstream.requests[1]
+    assert offered(sent) == {"ToolSearch", "Read", "mcp__service__tool_3", "mcp__service__tool_7"}
+    [result] = [message for message in sent["messages"] if message["role"] == "tool"]
+    assert f"Tool mcp__service__tool_3 is now available: {description(3)}" in result["content"]
+    assert "Tool mcp__service__tool_7 is now available" in result["content"]
+
+
+def test_claude_codes_found_tool_streamed(server):
+    server.upstream.push(tool_call_exchange("mcp__service__tool_3", {"repository": "a/b", "query": "x"}))
+    body = claude_body(claude_history("mcp__service__tool_3"))
+    events = messages_stream(server.url, body)
+    assert offered(server.upstream.requests[0]) == {"ToolSearch", "Read", "mcp__service__tool_3"}
+    [call] = [e["content_block"] for e in events if e["type"] == "content_block_start"
+              and e["content_block"]["type"] == "tool_use"]  # fmt: skip
+    assert call["name"] == "mcp__service__tool_3"
+
+
+# --- Codex: the Responses API --------------------------------------------------------------
+
+
+SEARCH_TOOL = {"type": "tool_search", "execution": "client", "description": "# Tool discovery\nSearch the MCP tools.",
+               "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                              "required": ["query"]}}  # fmt: skip
+SHELL = {"type": "function", "name": "shell", "description": "Runs a command.", "strict": False, "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}  # fmt: skip
+
+
+def namespace(*indexes: int, deferred: bool = True) -> dict[str, Any]:
+    """An MCP server's tools as Codex declares them, and as its tool search returns them."""
+    return {"type": "namespace", "name": "mcp__service__", "description": "The service's MCP tools.",
+            "tools": [{"type": "function", "name": f"tool_{index}", "description": description(index),
+                       "parameters": SCHEMA, "defer_loading": deferred} for index in indexes]}  # fmt: skip
+
+
+def codex_tools(declared: bool = True) -> list[dict[str, Any]]:
+    """Codex's tools with tool search on; `declared`: the deferred tools are in `tools` too."""
+    tools = [SEARCH_TOOL, SHELL, *([namespace(*range(MCP_TOOLS))] if declared else [])]
+    for tool in tools:
+        TypeAdapter(ToolParam).validate_python(tool)
+    return tools
+
+
+def codex_input(*found: int) -> list[dict[str, Any]]:
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "List the records."}]},
+        {"type": "tool_search_call", "call_id": "call_s", "execution": "client",
+         "arguments": {"query": "records", "limit": 2}, "status": "completed"},
+        {"type": "tool_search_output", "call_id": "call_s", "execution": "client", "status": "completed",
+         "tools": [namespace(*found)]},
+    ]
+    for item in items:
+        TypeAdapter(ResponseInputItemParam).validate_python(item)
+    return items
+
+
+def respond(server, **body: Any) -> dict[str, Any]:
+    answer = httpx.post(f"{server.base_url}/responses", json={"model": "test-model", **body}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_codexs_deferred_tools_wait_for_a_tool_search_output(server):
+    server.upstream.push(text_exchange("I will search."), text_exchange("Found them."))
+    respond(server, input="hi", tools=codex_tools())
+    assert offered(server.upstream.requests[0]) == {"tool_search", "shell"}, "the deferred tools withheld"
+    respond(server, input=codex_input(3, 7), tools=codex_tools())
+    sent = server.upstream.requests[1]
+    assert offered(sent) == {"tool_search", "shell", "tool_3", "tool_7"}
+    [call] = [call for message in sent["messages"] for call in message.get("tool_calls") or ()]
+    assert call["function"]["name"] == "tool_search"
+    assert json.loads(call["function"]["arguments"]) == {"query": "records", "limit": 2}
+    [result] = [message for message in sent["messages"] if message["role"] == "tool"]
+    assert result["tool_call_id"] == "call_s" and f"tool_3: {description(3)}" in result["content"]
+
+
+def test_tools_a_search_brings_are_callable_undeclared(server):
+    """Codex lists no deferred tool up front: those its search returns become callable."""
+    server.upstream.push(tool_call_exchange("tool_7", {"repository": "a/b", "query": "x"}))
+    response = respond(server, input=codex_input(7), tools=codex_tools(declared=False))
+    assert offered(server.upstream.requests[0]) == {"tool_search", "shell", "tool_7"}
+    [call] = response["output"][-1:]
+    assert call["type"] == "function_call" and call["name"] == "tool_7" and call["namespace"] == "mcp__service__"
+    assert [tool["type"] for tool in response["tools"]] == ["tool_search", "function"], "the request's tools echoed"
+
+
+def test_the_models_search_is_a_tool_search_call(server):
+    arguments = {"query": "records of the service", "limit": 3}
+    server.upstream.push(tool_call_exchange("tool_search", arguments, call_id="call_9"))
+    response = respond(server, input="List the records.", tools=codex_tools())
+    [item] = response["output"]
+    ResponseToolSearchCall.model_validate(item, strict=True)
+    assert item["type"] == "tool_search_call" and item["execution"] == "client" and item["status"] == "completed"
+    assert item["call_id"] == "call_9" and item["arguments"] == arguments
+
+    server.upstream.push(tool_call_exchange("tool_search", arguments, call_id="call_10"))
+    with httpx.stream("POST", f"{server.base_url}/responses", timeout=30, json={
+            "model": "test-model", "input": "List the records.", "tools": codex_tools(), "stream": True}) as answer:  # fmt: skip
+        events, _ = read_sse(answer.iter_lines())
+    final = check_stream(events)
+    kinds = [(e["type"], e["item"]["type"]) for e in events if e["type"].startswith("response.output_item.")]
+    assert kinds == [("response.output_item.added", "tool_search_call"), ("response.output_item.done", "tool_search_call")]
+    done = next(e["item"] for e in events if e["type"] == "response.output_item.done")
+    ResponseToolSearchCall.model_validate(done, strict=True)
+    assert done["arguments"] == arguments and final["output"] == [done]
+
+
+def test_a_stored_search_replays_with_previous_response_id(server):
+    server.upstream.push(tool_call_exchange("tool_search", {"query": "records", "limit": 2}, call_id="call_s"),
+                         tool_call_exchange("tool_3", {"repository": "a/b", "query": "x"}))  # fmt: skip
+    first = respond(server, input="List the records.", tools=codex_tools())
+    output = {"type": "tool_search_output", "call_id": "call_s", "execution": "client", "status": "completed",
+              "tools": [namespace(3)]}  # fmt: skip
+    second = respond(server, input=[output], tools=codex_tools(), previous_response_id=first["id"])
+    sent = server.upstream.requests[1]
+    assert offered(sent) == {"tool_search", "shell", "tool_3"}
+    assert [message["role"] for message in sent["messages"]] == ["user", "assistant", "tool"]
+    assert json.loads(sent["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {"query": "records", "limit": 2}
+    assert "tool_3" in sent["messages"][2]["content"]
+    assert second["output"][-1]["name"] == "tool_3"
+
+
+# --- measured ------------------------------------------------------------------------------
+
+
+def prompt_tokens(request: dict[str, Any]) -> int:
+    """The engine request's prompt at about four characters a token (its messages and tools)."""
+    return len(json.dumps({"messages": request["messages"], "tools": request.get("tools") or []})) // 4
+
+
+def test_deferral_measured(server, capsys):
+    """An agent with 60 MCP tools: the engine's prompt with every tool, and with the tools deferred
+    and a search result naming two (bench/RESULTS.md, Tool search)."""
+    server.upstream.push(*(text_exchange("ok") for _ in range(4)))
+    eager = [{key: value for key, value in tool.items() if key != "defer_loading"} for tool in claude_tools()]
+    history = claude_history("mcp__service__tool_3", "mcp__service__tool_7")
+    create(server.url, {**claude_body(history), "tools": eager})
+    create(server.url, claude_body(history))
+    respond(server, input=codex_input(3, 7), tools=[SEARCH_TOOL, SHELL, namespace(*range(MCP_TOOLS), deferred=False)])
+    respond(server, input=codex_input(3, 7), tools=codex_tools())
+    claude_all, claude_deferred, codex_all, codex_deferred = map(prompt_tokens, server.upstream.requests)
+    with capsys.disabled():
+        print(f"\nprompt tokens, {MCP_TOOLS} MCP tools: Messages {claude_all} -> {claude_deferred} deferred; "
+              f"Responses {codex_all} -> {codex_deferred} deferred")  # fmt: skip
+    assert claude_deferred * 10 < claude_all and codex_deferred * 10 < codex_all
