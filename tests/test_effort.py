@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ from responsekit.backends.thinking_budget import ThinkingBudget
 from responsekit.canonical.conversation import GenerationRequest, Message, TextPart
 from responsekit.config import Settings, UpstreamConfig
 from responsekit.prompting.effort import accepted, budget
-from responsekit.prompting.templates import template_options
+from responsekit.prompting.templates import ChatTemplate, template_options
 
 from .harness import ScriptedUpstream, serve, text_exchange
 
@@ -144,3 +145,16 @@ def test_a_thinking_budget_counts_inside_the_block_the_model_opens():
     for text in ("a", "</", "think>"):
         closed.feed(text)
     assert closed.over and not closed.due(), "the model closed it itself"
+
+
+def test_a_template_that_refuses_levels_gets_one_it_lets_through():
+    """Hunyuan's template raises on any level but `high`, `low` and `no_think`; gpt-oss's takes any."""
+    templates = Path(__file__).parent / "data/formats/templates"
+    hunyuan = ChatTemplate((templates / "tencent-Hy3.jinja").read_text())
+    assert hunyuan.efforts == ("low", "high")
+    request = GenerationRequest("m", [Message("user", [TextPart("x")])], reasoning_effort="medium")
+    assert "reasoning_effort:low" in hunyuan.render_request(request)
+    for effort in ("max", "xhigh", "minimal", "none"):
+        request.reasoning_effort = effort
+        hunyuan.render_request(request)
+    assert ChatTemplate((templates / "openai-gpt-oss-120b.jinja").read_text()).efforts == ("low", "medium", "high")

@@ -27,7 +27,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from ..canonical.conversation import GenerationRequest, ImagePart, Message
 from .builtin_templates import BUILTIN_TEMPLATES, choose_template
-from .effort import DEFAULT_LEVELS, accepted
+from .effort import DEFAULT_LEVELS, LEVELS, accepted
 from .gguf_metadata import GGUFError, read_metadata
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ class ChatTemplate:
         tools = chat_tools(request)
         if messages is None:
             messages = chat_messages(request.messages, text_arguments=self.text_arguments)
-        return self.render(messages, tools, **template_options(request), **_legacy_variables(tools))
+        return self.render(messages, tools, **template_options(request, self.efforts), **_legacy_variables(tools))
 
     @property
     def text_arguments(self) -> bool:
@@ -222,6 +222,26 @@ class ChatTemplate:
         if as_object is None:
             return probe('{"probe_key": "probe_value"}') is not None
         return "{'probe_key'" in as_object
+
+    @cached_property
+    def efforts(self) -> tuple[str, ...]:
+        """The reasoning efforts the template accepts: the levels a guard such as Hunyuan's
+        `reasoning_effort not in ['high', 'low', 'no_think']` lets through (it refuses the rest),
+        else `DEFAULT_LEVELS` (gpt-oss's writes any level into its prompt)."""
+        try:
+            tree = _ENV.parse(self.source)
+        except jinja2.TemplateSyntaxError:
+            return DEFAULT_LEVELS
+        allowed = {
+            item.value
+            for compare in tree.find_all(nodes.Compare)
+            if isinstance(compare.expr, nodes.Name) and compare.expr.name == "reasoning_effort"
+            for operand in compare.ops
+            if operand.op == "notin" and isinstance(operand.expr, nodes.List | nodes.Tuple)
+            for item in operand.expr.items
+            if isinstance(item, nodes.Const)
+        }
+        return tuple(level for level in LEVELS if level in allowed) or DEFAULT_LEVELS
 
     @cached_property
     def reads_tools(self) -> bool:
@@ -256,15 +276,15 @@ class ChatTemplate:
         return tuple(dict.fromkeys(stop for stop in candidates if stop))
 
 
-def template_options(request: GenerationRequest) -> dict[str, Any]:
+def template_options(request: GenerationRequest, levels: tuple[str, ...] = DEFAULT_LEVELS) -> dict[str, Any]:
     """`enable_thinking` and `reasoning_effort` from `reasoning.effort`, when it is given
-    (otherwise the template's own default applies)."""
+    (otherwise the template's own default applies), the effort as the nearest of `levels`."""
     effort = request.reasoning_effort
     if effort is None:
         return {}
     return {
         "enable_thinking": effort != "none",
-        "reasoning_effort": accepted(effort, DEFAULT_LEVELS),
+        "reasoning_effort": accepted(effort, levels),
     }
 
 
