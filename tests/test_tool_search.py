@@ -10,9 +10,13 @@ found. Requests and answers are validated with the `anthropic` and `openai` SDKs
 from __future__ import annotations
 
 import json
+import sys
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from anthropic.types.beta import BetaMessage, BetaMessageParam, BetaToolParam
 from openai.types.responses import ResponseInputItemParam, ResponseToolSearchCall, ToolParam
 from pydantic import TypeAdapter
@@ -20,6 +24,7 @@ from pydantic import TypeAdapter
 from .harness import check_stream, read_sse, text_exchange, tool_call_exchange
 from .test_messages import create
 from .test_messages import stream as messages_stream
+from .test_real_clients import CODEX, codex_home, run_codex
 
 MCP_TOOLS = 60
 """The MCP-like tools of an agent with a few MCP servers."""
@@ -223,3 +228,55 @@ def test_deferral_measured(server, capsys):
         print(f"\nprompt tokens, {MCP_TOOLS} MCP tools: Messages {claude_all} -> {claude_deferred} deferred; "
               f"Responses {codex_all} -> {codex_deferred} deferred")  # fmt: skip
     assert claude_deferred * 10 < claude_all and codex_deferred * 10 < codex_all
+
+
+# --- a real client: Codex --------------------------------------------------------------------
+
+RECORDS_SERVER = '''
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("records")
+for index in range({count}):
+    def tool(kind: str, index: int = index) -> str:
+        return f"record {{index}} of kind {{kind}}"
+    server.add_tool(tool, name=f"records_{{index}}", description=f"Lists the service's records of topic {{index}}.")
+server.run()
+'''
+
+
+def test_codex_searches_its_mcp_tools(server, tmp_path):
+    """Codex with `supports_search_tool` and an MCP server of 20 tools: the tools wait for its
+    search, the model's search reaches Codex as a `tool_search_call`, and the tool Codex's
+    search found is offered and called."""
+    if not CODEX.exists():
+        pytest.skip("Codex is not installed in tests/js")
+    script = tmp_path / "records.py"
+    script.write_text(RECORDS_SERVER.format(count=20))
+    home, work = codex_home(tmp_path, server.base_url), tmp_path / "work"
+    work.mkdir()
+    config = home / "config.toml"
+    config.write_text(config.read_text() + f'\n[mcp_servers.records]\ncommand = "{sys.executable}"\nargs = ["{script}"]\n')
+    catalog_path = Path(tomllib.loads(config.read_text())["model_catalog_json"])
+    catalog = json.loads(catalog_path.read_text())
+    for model in catalog["models"]:
+        model["supports_search_tool"] = True
+    catalog_path.write_text(json.dumps(catalog))
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        names = offered(body)
+        if last["role"] == "tool" and "records_7" in names and "record 7" not in str(last["content"]):
+            return tool_call_exchange(next(n for n in names if n.endswith("records_7")), {"kind": "open"},
+                                      call_id="call_records")  # fmt: skip
+        if last["role"] == "tool":
+            return text_exchange("Done: " + str(last["content"])[:200])
+        return tool_call_exchange("tool_search", {"query": "records topic 7", "limit": 3}, call_id="call_search")
+
+    server.upstream.responder = respond
+    events = run_codex(home, work, "Find the records of topic 7")
+    first, *rest = server.upstream.requests
+    assert "tool_search" in offered(first) and not any("records_" in name for name in offered(first))
+    search_turn = rest[0]
+    assert any(message["role"] == "tool" and "records_7" in str(message["content"]) for message in search_turn["messages"])
+    assert any(name.endswith("records_7") for name in offered(search_turn))
+    assert "record 7 of kind open" in json.dumps(events)
