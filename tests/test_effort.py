@@ -158,3 +158,25 @@ def test_a_template_that_refuses_levels_gets_one_it_lets_through():
         request.reasoning_effort = effort
         hunyuan.render_request(request)
     assert ChatTemplate((templates / "openai-gpt-oss-120b.jinja").read_text()).efforts == ("low", "medium", "high")
+
+
+def test_an_engine_that_refuses_the_budget_gets_none_from_then_on():
+    """vLLM started without a reasoning parser refuses `thinking_token_budget`: the request is sent
+    again without it, and so is every later one for the model."""
+    upstream = ScriptedUpstream(("m",), "vllm")
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if "thinking_token_budget" in body:
+            message = "thinking_token_budget is set but reasoning_config is not configured; start with --reasoning-parser"
+            return {"status": 400, "error_body": json.dumps({"error": {"message": message, "code": 400}})}
+        return text_exchange("ok")
+
+    upstream.responder = answer
+    with serve(upstream.app) as engine_url:
+        settings = Settings(upstreams=[UpstreamConfig(base_url=f"{engine_url}/v1", kind="vllm")], probe=False)
+        with serve(create_app(settings)) as url:
+            for _ in range(2):
+                reply = ask(url, "responses", "high")
+                assert reply.status_code == 200 and reply.json()["status"] == "completed", reply.text
+    sent = [("thinking_token_budget" in body, body["reasoning_effort"]) for body in upstream.requests]
+    assert sent == [(True, "high"), (False, "high"), (False, "high")]

@@ -198,6 +198,8 @@ class ChatUpstream:
         self._output_parsing: dict[str, OutputParsing] = {}
         self._text_only: set[str] = set()
         """Models the engine refused an image for (`learn_text_only`)."""
+        self._no_budget: set[str] = set()
+        """Models the engine refused a thinking budget for (`_refused_budget`)."""
         self._told: dict[str, bool] = {}
         """Whether each model reads images, as the engine told (`_ask_modalities`)."""
         self._asked: set[str] = set()
@@ -411,7 +413,7 @@ class ChatUpstream:
                     "enable_thinking": asked != "none",
                 }
         tokens = budget(asked, request.reasoning_budget, request.max_output_tokens)
-        if dialect.thinking_budget_param != "none" and tokens is not None:
+        if dialect.thinking_budget_param != "none" and tokens is not None and request.model not in self._no_budget:
             body[dialect.thinking_budget_param] = tokens
         return body
 
@@ -456,6 +458,16 @@ class ChatUpstream:
             yield fitted
             return
         body = self.render(fitted)
+        async with aclosing(self._send(body, request)) as events:
+            async for event in events:
+                if self._refused_budget(body, event):
+                    async with aclosing(self._send(body, request)) as again:
+                        async for retried in again:
+                            yield retried
+                    return
+                yield event
+
+    async def _send(self, body: dict[str, Any], request: GenerationRequest) -> AsyncIterator[Event]:
         recording = self._recorder.start(self.name, "/chat/completions", body) if self._recorder else None
         try:
             async with aclosing(self._exchange(body, recording, request)) as events:
@@ -464,6 +476,22 @@ class ChatUpstream:
         finally:
             if recording is not None:
                 await recording.save()
+
+    def _refused_budget(self, body: dict[str, Any], event: Event) -> bool:
+        """Whether the engine refused the thinking budget (vLLM started without a reasoning parser
+        answers 400: https://docs.vllm.ai/en/latest/features/reasoning_outputs.html); then the model
+        gets none from now on, and `body` loses it to be sent again."""
+        field = self.dialect.thinking_budget_param
+        if field not in body or not isinstance(event, Error) or event.status != 400:
+            return False
+        told = event.message.lower()
+        if not any(word in told for word in (field, "reasoning_config", "reasoning parser", "reasoning-parser")):
+            return False
+        log.warning("upstream %s refused a thinking budget for %s; sending none: %s", self.name, body["model"],
+                    event.message)  # fmt: skip
+        self._no_budget.add(body["model"])
+        del body[field]
+        return True
 
     async def _exchange(
         self, body: dict[str, Any], recording: Recording | None, request: GenerationRequest
