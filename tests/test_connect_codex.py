@@ -60,11 +60,11 @@ def test_without_codex_every_model_gets_an_entry_codex_accepts(windowed_server, 
     assert model["auto_compact_token_limit"] == WINDOW - WINDOW // 4
     assert [level["effort"] for level in model["supported_reasoning_levels"]] == ["low", "medium", "high"]
     assert model["default_reasoning_level"] == "medium" and model["supports_reasoning_summaries"] is True
-    assert model["input_modalities"] == ["text", "image"] and model["supports_search_tool"] is False
+    assert model["input_modalities"] == ["text", "image"] and model["supports_search_tool"] is True
 
     read = codex_models(home)["test-model"]
     assert (read["context_window"], read["auto_compact_token_limit"]) == (WINDOW, WINDOW - WINDOW // 4)
-    assert read["input_modalities"] == ["text", "image"] and read["supports_search_tool"] is False
+    assert read["input_modalities"] == ["text", "image"] and read["supports_search_tool"] is True
     assert [level["effort"] for level in read["supported_reasoning_levels"]] == ["low", "medium", "high"]
 
 

@@ -245,7 +245,7 @@ server.run()
 
 
 def test_codex_searches_its_mcp_tools(server, tmp_path):
-    """Codex with `supports_search_tool` and an MCP server of 20 tools: the tools wait for its
+    """Codex configured by `connect codex` (`supports_search_tool`), with an MCP server of 20 tools: the tools wait for its
     search, the model's search reaches Codex as a `tool_search_call`, and the tool Codex's
     search found is offered and called."""
     if not CODEX.exists():
@@ -256,11 +256,8 @@ def test_codex_searches_its_mcp_tools(server, tmp_path):
     work.mkdir()
     config = home / "config.toml"
     config.write_text(config.read_text() + f'\n[mcp_servers.records]\ncommand = "{sys.executable}"\nargs = ["{script}"]\n')
-    catalog_path = Path(tomllib.loads(config.read_text())["model_catalog_json"])
-    catalog = json.loads(catalog_path.read_text())
-    for model in catalog["models"]:
-        model["supports_search_tool"] = True
-    catalog_path.write_text(json.dumps(catalog))
+    catalog = json.loads(Path(tomllib.loads(config.read_text())["model_catalog_json"]).read_text())
+    assert all(model["supports_search_tool"] for model in catalog["models"]), "as `connect codex` writes it"
 
     def respond(body: dict[str, Any]) -> dict[str, Any]:
         last = body["messages"][-1]
@@ -274,9 +271,9 @@ def test_codex_searches_its_mcp_tools(server, tmp_path):
 
     server.upstream.responder = respond
     events = run_codex(home, work, "Find the records of topic 7")
-    first, *rest = server.upstream.requests
+    first = server.upstream.requests[0]
     assert "tool_search" in offered(first) and not any("records_" in name for name in offered(first))
-    search_turn = rest[0]
-    assert any(message["role"] == "tool" and "records_7" in str(message["content"]) for message in search_turn["messages"])
+    search_turn = next(request for request in server.upstream.requests if request["messages"][-1].get("tool_call_id") == "call_search")
+    assert "records_7" in search_turn["messages"][-1]["content"], search_turn["messages"][-1]
     assert any(name.endswith("records_7") for name in offered(search_turn))
     assert "record 7 of kind open" in json.dumps(events)

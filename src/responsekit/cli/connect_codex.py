@@ -14,8 +14,9 @@ an entry for each model ResponseKit serves, with what the server knows of it:
 - `supported_reasoning_levels` low, medium and high, `supports_reasoning_summaries` and the `auto`
   summary: the server cannot tell whether a model reasons, and these three are the efforts every
   reasoning template takes (a model that does not reason ignores them);
-- `supports_search_tool` false: Codex's deferred tool search needs `tool_search_call` items, which
-  ResponseKit does not produce yet, so every tool is offered up front;
+- `supports_search_tool`: Codex then defers its MCP tools to its own tool search, whose calls the
+  server gives as `tool_search_call` items, and the model's prompt holds only the tools it found
+  (`orchestration/tool_search.py`);
 - the freeform apply_patch tool; Codex sends parallel tool calls by default.
 
 The rest of an entry is cloned from a listed model of the installed Codex's own catalog (`codex
@@ -96,7 +97,7 @@ def entry(model: ServedModel, template: dict[str, Any], fallback_window: int, pr
         "default_reasoning_summary": "auto",
         "apply_patch_tool_type": "freeform",
         "input_modalities": ["text", "image"] if model.takes_images else ["text"],
-        "supports_search_tool": False,
+        "supports_search_tool": True,
         "context_window": window,
         "max_context_window": window,
         "auto_compact_token_limit": min(compaction_point(window), window * 9 // 10),
