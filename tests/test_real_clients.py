@@ -85,7 +85,8 @@ def test_codex_exec_runs_a_tool_and_resumes(server, tmp_path):
     assert events[-1]["type"] == "turn.completed" and events[-1]["usage"]["input_tokens"] > 0
     first, second = server.upstream.requests[:2]
     offered = {tool["function"]["name"]: tool["function"] for tool in first["tools"]}
-    assert {"exec_command", "spawn_agent", "apply_patch"} <= set(offered), "namespace and custom tools are offered"
+    assert {"exec_command", "apply_patch", "tool_search"} <= set(offered), "custom tools and the search are offered"
+    assert "spawn_agent" not in offered, "the agents' namespace waits for Codex's tool search (supports_search_tool)"
     assert offered["apply_patch"]["parameters"]["required"] == ["input"]
     assert second["messages"][-1]["role"] == "tool" and "responsekit-tool-ran" in second["messages"][-1]["content"]
     assert second["messages"][-2]["reasoning_content"] == "I should call exec_command."
