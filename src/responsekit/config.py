@@ -80,7 +80,8 @@ class UpstreamConfig(BaseModel):
     reasoning_efforts: list[Effort] | dict[str, list[Effort]] | None = None
     """The reasoning efforts the models here accept: one list for all of them, or a table by model
     name; a level asked for outside it is sent as the nearest inside it. Unset: by kind (OpenAI's
-    `none` … `xhigh`), else `low`, `medium`, `high` (docs/engines.md, Reasoning effort)."""
+    `none` … `xhigh`, Ollama's `none`, `low`, `medium`, `high`), else `low`, `medium`, `high`
+    (docs/engines.md, Reasoning effort)."""
     thinking_budget_param: Literal["thinking_token_budget", "reasoning_budget_tokens", "none"] | None = None
     """The field a thinking budget is passed in (default by kind: vLLM `thinking_token_budget`,
     llama.cpp `reasoning_budget_tokens`, no other kind); `none` sends none."""

@@ -104,7 +104,9 @@ DIALECTS: dict[str, Dialect] = {
     # reasoning is ended once it has taken this many tokens)
     "vllm": Dialect(True, "both", "reasoning_content", thinking_budget_param="thinking_token_budget"),
     "sglang": Dialect(True, "both", "reasoning_content"),
-    "ollama": Dialect(True, "reasoning_effort", "reasoning", fetches_image_urls=False),
+    # Ollama's `reasoning_effort: "none"` is what turns thinking off on /v1/chat/completions
+    # (https://docs.ollama.com/api/openai-compatibility, `reasoning_effort`)
+    "ollama": Dialect(True, "reasoning_effort", "reasoning", efforts=("none", *DEFAULT_LEVELS), fetches_image_urls=False),
     "lmstudio": Dialect(True, "reasoning_effort", "reasoning_content", fetches_image_urls=False),
     "generic": Dialect(True, "reasoning_effort", "reasoning_content", fetches_image_urls=False),
 }

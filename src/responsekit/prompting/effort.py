@@ -26,11 +26,12 @@ BUDGETS: dict[str, int] = {"none": 0, "minimal": 512, "low": 1024, "medium": 409
 
 def accepted(effort: str, levels: Collection[str]) -> str:
     """The level of `levels` nearest `effort` (the lower on a tie); `effort` itself when accepted
-    or not a level at all. `none` becomes the least level when thinking cannot be turned off."""
+    or not a level at all. `none` becomes the least level when thinking cannot be turned off, and
+    no other level becomes `none`: some thinking was asked for."""
     if effort in levels or effort not in LEVELS or not levels:
         return effort
     wanted = LEVELS.index(effort)  # type: ignore[arg-type]
-    known = [level for level in LEVELS if level in levels]
+    known = [level for level in LEVELS[1:] if level in levels]
     if not known:
         return effort
     return min(known, key=lambda level: (abs(LEVELS.index(level) - wanted), LEVELS.index(level)))
