@@ -9,6 +9,7 @@ found. Requests and answers are validated with the `anthropic` and `openai` SDKs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tomllib
@@ -22,6 +23,7 @@ from openai.types.responses import ResponseInputItemParam, ResponseToolSearchCal
 from pydantic import TypeAdapter
 
 from .harness import check_stream, read_sse, text_exchange, tool_call_exchange
+from .test_claude_code import CLAUDE, run_claude, serve_gateway
 from .test_messages import create
 from .test_messages import stream as messages_stream
 from .test_real_clients import CODEX, codex_home, run_codex
@@ -277,3 +279,42 @@ def test_codex_searches_its_mcp_tools(server, tmp_path):
     assert "records_7" in search_turn["messages"][-1]["content"], search_turn["messages"][-1]
     assert any(name.endswith("records_7") for name in offered(search_turn))
     assert "record 7 of kind open" in json.dumps(events)
+
+
+# --- a real client: Claude Code ----------------------------------------------------------------
+
+
+def test_claude_code_searches_its_mcp_tools(upstream, tmp_path):
+    """Claude Code with `ENABLE_TOOL_SEARCH=true` and the same MCP server: the tools wait for its
+    ToolSearch, whose `tool_reference` blocks make the one found callable."""
+    if not CLAUDE.exists():
+        pytest.skip("Claude Code is not installed in tests/js")
+    script = tmp_path / "records.py"
+    script.write_text(RECORDS_SERVER.format(count=20))
+    servers = tmp_path / "mcp.json"
+    servers.write_text(json.dumps({"mcpServers": {"records": {"command": sys.executable, "args": [str(script)]}}}))
+    wanted = "mcp__records__records_7"
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        names, results = offered(body), [m for m in body["messages"] if m["role"] == "tool"]
+        if "ToolSearch" not in names:
+            return text_exchange("OK.")  # a side request (a title…)
+        if not results:
+            return tool_call_exchange("ToolSearch", {"query": "records topic 7", "max_results": 3}, call_id="call_search")
+        if wanted in names and len(results) == 1:
+            return tool_call_exchange(wanted, {"kind": "open"}, call_id="call_records")
+        return text_exchange("Done: " + str(results[-1]["content"])[:200])
+
+    upstream.responder = respond
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    with contextlib.contextmanager(serve_gateway)(upstream, tmp_path) as gateway:
+        env = {"ANTHROPIC_BASE_URL": gateway, "ANTHROPIC_API_KEY": "test", "ENABLE_TOOL_SEARCH": "true"}
+        events = run_claude(home, work, env, "--model", "claude-sonnet-4-5", "--mcp-config", str(servers),
+                            prompt="Find the records of topic 7")  # fmt: skip
+    searching = [body for body in upstream.requests if "ToolSearch" in offered(body)]
+    assert not any(name.startswith("mcp__records__") for name in offered(searching[0])), "the MCP tools deferred"
+    found = next(body for body in searching if any(m["role"] == "tool" for m in body["messages"]))
+    assert wanted in offered(found) and f"Tool {wanted} is now available" in json.dumps(found["messages"])
+    assert "record 7 of kind open" in json.dumps(events), events[-1]
