@@ -41,6 +41,7 @@ def test_prints_the_env_for_the_first_served_model(server):
         "ANTHROPIC_DEFAULT_SONNET_MODEL": "test-model",
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": "test-model",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "ENABLE_TOOL_SEARCH": "true",
     }, "skipWebFetchPreflight": True}  # fmt: skip
     assert "does not know the context window of test-model: Claude Code is not told when to compact" in done.stderr
 

@@ -15,6 +15,10 @@ from Claude Code's LLM-gateway and environment-variable documentation:
   `ANTHROPIC_SMALL_FAST_MODEL` is left out: the documentation deprecates it for the haiku one.
 - `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`: no telemetry, error reporting or auto-update
   requests to Anthropic's hosts, which a machine using a local gateway may not reach.
+- `ENABLE_TOOL_SEARCH=true`: Claude Code defers its MCP tools to its ToolSearch, which it turns off
+  for any base URL but Anthropic's unless told ("Set ENABLE_TOOL_SEARCH=true if your proxy forwards
+  tool_reference blocks", https://code.claude.com/docs/en/env-vars); the server keeps them out of
+  the model's prompt until a `tool_reference` names them (`orchestration/tool_search.py`).
 
 It also sets `skipWebFetchPreflight: true` (a setting, not a variable: printed beside `env`, and
 named in a comment after `--shell`'s exports): Claude Code's
@@ -59,6 +63,7 @@ def claude_env(root: str, api_key: str, model: str, small_model: str, window: in
         "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": small_model,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "ENABLE_TOOL_SEARCH": "true",
         **(compaction_env(window) if window is not None else {}),
     }
 
