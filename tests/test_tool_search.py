@@ -318,3 +318,13 @@ def test_claude_code_searches_its_mcp_tools(upstream, tmp_path):
     found = next(body for body in searching if any(m["role"] == "tool" for m in body["messages"]))
     assert wanted in offered(found) and f"Tool {wanted} is now available" in json.dumps(found["messages"])
     assert "record 7 of kind open" in json.dumps(events), events[-1]
+
+
+def test_a_summary_reads_what_a_search_found(server):
+    """Codex's remote compaction of a conversation with a tool search: the summarizer reads the
+    search and the tools it found."""
+    server.upstream.push(text_exchange("The user asked for records; tool_3 and tool_7 were found."))
+    response = respond(server, input=[*codex_input(3, 7), {"type": "compaction_trigger"}], tools=codex_tools())
+    assert [item["type"] for item in response["output"]] == ["compaction"]
+    transcript = json.dumps(server.upstream.requests[0]["messages"])
+    assert "tool_search" in transcript and f"tool_3: {description(3)}" in transcript

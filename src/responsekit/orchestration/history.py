@@ -190,12 +190,15 @@ class _HistoryBuilder:
         call_id = item.get("call_id")
         if not isinstance(call_id, str) or not call_id:
             raise _Skip("tool_search_output without a call_id")
+        tools = item.get("tools") if isinstance(item.get("tools"), list) else []
         found: list[FunctionTool] = []
-        for position, tool in enumerate(item.get("tools") or ()):
+        for position, tool in enumerate(tools):
             try:
                 found += self.toolset.found(tool)
             except APIError as error:
                 log.warning("leaving out tool %d of tool search output %s: %s", position, call_id, error.message)
+        if self.toolset.declare is None:  # a transcript (a summarizer's): the tools as the item names them
+            found = _named(tools)
         lines = [f"- {tool.name}" + (f": {tool.description}" if tool.description else "") for tool in found]
         text = "Tools found, callable from now on:\n" + "\n".join(lines) if lines else "No tools were found."
         self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id,
@@ -253,6 +256,18 @@ def _answer_every_call(messages: list[Message]) -> list[Message]:
         unanswered += [call for call in message.tool_calls if call.id not in answered]
     out.extend(_no_output(call) for call in unanswered)
     return out
+
+
+def _named(tools: list[Any]) -> list[FunctionTool]:
+    """The functions tool declarations name (a namespace's members), by their names and descriptions."""
+    named = []
+    for tool in tools:
+        members = (tool.get("tools") if tool.get("type") == "namespace" else [tool]) if isinstance(tool, dict) else None
+        for member in members if isinstance(members, list) else ():
+            if isinstance(member, dict) and isinstance(member.get("name"), str):
+                description = member.get("description")
+                named.append(FunctionTool(member["name"], description if isinstance(description, str) else None))
+    return named
 
 
 def _model_read(item: dict[str, Any]) -> str | None:
