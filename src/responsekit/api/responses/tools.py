@@ -107,8 +107,10 @@ def translate_tool_choice(choice: Any, toolset: ToolSet, web_search: bool = Fals
 
 
 def declared(tool: Any, param: str = "tool") -> list[tuple[ToolOrigin, FunctionTool]]:
-    """A function, custom or namespace tool as the functions the model sees (its mistakes 400s);
-    `defer_loading` on a namespace defers its members. Also what a `tool_search_output` brings."""
+    """A function, custom or namespace tool as the functions the model sees (its mistakes 400s), a
+    namespace's members deferred each by its own `defer_loading`
+    (https://developers.openai.com/api/docs/guides/tools-tool-search). Also what a
+    `tool_search_output` brings."""
     if not isinstance(tool, dict) or tool.get("type") not in ("function", "custom", "namespace"):
         raise APIError(400, "Expected a function, custom or namespace tool.", param=param, code="invalid_value")
     _require_name(tool, param)
@@ -123,9 +125,7 @@ def declared(tool: Any, param: str = "tool") -> list[tuple[ToolOrigin, FunctionT
         if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
             raise APIError(400, "Namespace members must be function or custom tools.", param=member_param, code="invalid_value")
         _require_name(member, member_param)
-        function = _function(member["name"], member)
-        function.deferred = function.deferred or tool.get("defer_loading") is True
-        entries.append((ToolOrigin(member["type"], member["name"], tool["name"]), function))
+        entries.append((ToolOrigin(member["type"], member["name"], tool["name"]), _function(member["name"], member)))
     return entries
 
 
