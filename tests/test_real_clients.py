@@ -53,6 +53,7 @@ def codex_home(directory: Path, base_url: str, model: str | None = None) -> Path
     config = tomllib.loads((home / "config.toml").read_text())
     assert config["model"] == (model or "test-model") and config["analytics"] == {"enabled": False}
     assert config["model_providers"]["responsekit"]["base_url"] == base_url
+    assert config["model_providers"]["responsekit"]["capabilities"] == {"remote_compaction": "v2"}
     catalog = json.loads(Path(config["model_catalog_json"]).read_text())
     slugs = [m["slug"] for m in catalog["models"]]
     assert slugs == ["test-model"] if model is None else model in slugs

@@ -23,6 +23,9 @@ The rest of an entry is cloned from a listed model of the installed Codex's own 
 debug models`), so it matches that version, Codex's instructions (its system prompt) among it. Without
 a `codex` to ask, an entry has the fields Codex requires (`BASE_ENTRY`) and empty instructions:
 Codex refuses a catalog entry without them, and its own are in its binary only.
+
+The provider entry declares `remote_compaction = "v2"`: Codex then compacts on the server, with a
+`compaction_trigger` answered by one `compaction` item, instead of a summarizing turn of its own.
 """
 
 from __future__ import annotations
@@ -125,6 +128,10 @@ def config_document(existing: str, base_url: str, model: str, catalog_path: Path
     provider["wire_api"] = "responses"
     if api_key_env:
         provider["env_key"] = api_key_env
+    # docs/clients.md, Codex: the served model's summary sealed in the one `compaction` item.
+    capabilities = tomlkit.table()
+    capabilities["remote_compaction"] = "v2"
+    provider["capabilities"] = capabilities
     providers = document.setdefault("model_providers", tomlkit.table())
     providers[PROVIDER] = provider
     return tomlkit.dumps(document)
