@@ -87,9 +87,10 @@ def with_usage(exchange: dict[str, Any], prompt: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def engine() -> Iterator[WindowedEngine]:
-    """About three times what Claude Code's first request holds (its system prompt and tools)."""
-    engine = WindowedEngine(36_000)
+def engine(request: pytest.FixtureRequest) -> Iterator[WindowedEngine]:
+    """A window of about three times a client's first request (its system prompt and tools): by
+    default Claude Code's, some 12,000 tokens."""
+    engine = WindowedEngine(getattr(request, "param", 36_000))
     with serve(engine.app) as url:
         engine.url = f"{url}/v1"  # type: ignore[attr-defined]
         yield engine
@@ -162,3 +163,73 @@ def test_claude_code_compacts_a_long_task_before_the_engine_refuses(gateway, eng
            if block.get("type") == "tool_result"]  # fmt: skip
     assert len(ran) == COMMANDS and not any(block.get("is_error") for block in ran)
     assert "error" not in done.stderr.lower(), done.stderr
+
+
+CODEX = Path(__file__).parent / "js" / "node_modules" / ".bin" / "codex"
+CODEX_SUMMARY = "SUMMARY-LONG: commands printing words ran; the user wants all of them run, then an answer."
+
+
+def codex_long_task(state: dict[str, int]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Codex's engine: `COMMANDS` exec_command calls of large outputs, then an answer; a summary when
+    asked to summarize (ResponseKit's request for a `compaction_trigger`, or Codex's own summarizing
+    turn). `state` counts the commands and compactions."""
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        prompt = prompt_tokens(body)
+        texts = [str(m.get("content")) for m in body["messages"]]
+        if texts[0].startswith("You are compacting") or "CONTEXT CHECKPOINT COMPACTION" in texts[-1]:
+            state["compactions"] += 1
+            return with_usage(text_exchange(f"{CODEX_SUMMARY} {state['commands']} ran so far.", pieces=40), prompt)
+        if state["commands"] < COMMANDS:
+            state["commands"] += 1
+            number = state["commands"]
+            command = f"python3 -c \"print('w{number:03d} ' * {WORDS})\""
+            exchange = tool_call_exchange("exec_command", {"cmd": command}, reasoning="Next command.",
+                                          call_id=f"call_{number}")  # fmt: skip
+            return with_usage(exchange, prompt)
+        return with_usage(text_exchange(f"All {COMMANDS} commands ran: long-session-done."), prompt)
+
+    return respond
+
+
+@pytest.mark.parametrize("engine", [28_000], indirect=True)  # Codex's first request: some 9,000 tokens
+@pytest.mark.parametrize("remote", [True, False], ids=["remote-compaction-v2", "codex-summarizing-turn"])
+def test_codex_compacts_a_long_task_before_the_engine_refuses(gateway, engine, tmp_path, remote):
+    state = {"commands": 0, "compactions": 0}
+    engine.responder = codex_long_task(state)
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(
+        'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n\n'
+        "[analytics]\nenabled = false\n\n[features]\nplugins = false\n"
+    )
+    env = {**os.environ, "CODEX_HOME": str(home), "RESPONSEKIT_KEY": "test"}
+    subprocess.run(
+        [sys.executable, "-m", "responsekit", "connect", "codex", "--url", f"{gateway}/v1", "--codex", str(CODEX),
+         "--codex-home", str(home), "--api-key-env", "RESPONSEKIT_KEY", "--write"],
+        check=True, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    if not remote:  # Codex's own summarizing turn, whatever `connect codex` declares
+        config = (home / "config.toml").read_text()
+        assert 'remote_compaction = "v2"' in config
+        (home / "config.toml").write_text(config.replace('remote_compaction = "v2"', 'remote_compaction = "unsupported"'))
+    done = subprocess.run(
+        [str(CODEX), "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--",
+         f"Run {COMMANDS} commands that print words, one after another, then tell me you are done."],
+        cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=420, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert events[-1]["type"] == "turn.completed", events[-3:]
+    items = [e["item"] for e in events if e["type"] == "item.completed"]
+    assert [item["text"] for item in items if item["type"] == "agent_message"][-1] == (
+        f"All {COMMANDS} commands ran: long-session-done.")
+    assert not [item for item in items if item["type"] == "error"], "no error or warning shown"
+    ran = [item for item in items if item["type"] == "command_execution"]
+    assert len(ran) == COMMANDS and all(item["exit_code"] == 0 for item in ran)
+    assert engine.refused == [], "Codex compacted before the engine had to refuse"
+    assert state["commands"] == COMMANDS and state["compactions"] >= 1, state
+    assert max(engine.prompts) > 2 * engine.prompts[0], "the context grew past twice the first request"
+    after = next(json.dumps(body) for body in engine.requests if CODEX_SUMMARY in json.dumps(body))
+    assert CODEX_SUMMARY in after and "w001 w001" not in after, "the task went on from the summary, the outputs left out"
