@@ -2,8 +2,8 @@
 knows the web tools by.
 
 A frontend translates its protocol's hosted tools (Responses' `web_search`, `file_search` and
-`mcp`, Chat Completions' `web_search_options`, the Messages API's `web_search_*`, `web_fetch_*`
-and MCP connector, Gemini's `googleSearch` and `urlContext`) into `ServerToolSpecs`; the
+`mcp`, Chat Completions' `web_search_options`, the Messages API's `web_search_*`, `web_fetch_*`,
+`tool_search_tool_*` and MCP connector, Gemini's `googleSearch` and `urlContext`) into `ServerToolSpecs`; the
 pipeline (`orchestration/pipeline.py`) serves them the same way for every protocol.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .errors import APIError
 
@@ -27,6 +27,12 @@ FUNCTIONS = {action: name for name, action in ACTIONS.items()}
 CITATION = re.compile(r"\[(\d{1,4})\]")
 """How the model cites a search result it read: `[n]`, n as the result was numbered (the
 server-run tools ask for it); each frontend turns these into its protocol's citations."""
+ToolSearchMode = Literal["regex", "bm25"]
+TOOL_SEARCHES: dict[ToolSearchMode, str] = {"regex": "tool_search_tool_regex", "bm25": "tool_search_tool_bm25"}
+"""The server-run tool search (`tools/tool_search.py`) -> the function it is offered as, which
+names its `server_tool_use` blocks on the Messages API."""
+MAX_TOOL_SEARCHES = 10
+"""Tool searches one answer may run beside other server tools' budgets (`max_tool_calls`)."""
 CONTEXT_SIZES = ("low", "medium", "high")
 """The values of `search_context_size`."""
 
@@ -50,13 +56,15 @@ class ServerToolSpecs:
     mcp: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     """The MCP servers, each with its position among the request's tools (the Messages API:
     among its `mcp_servers`)."""
+    tool_search: ToolSearchMode | None = None
+    """The tool search the server runs over the request's deferred tools (`tools/tool_search.py`)."""
     forced: str | None = None
     """The web function the tool choice forces (`SEARCH` or `FETCH`): the first generation must call it."""
     max_tool_calls: int | None = None
     """Server-run calls one answer may make before the model must answer without tools."""
 
     def __bool__(self) -> bool:
-        return bool(self.web_search or self.web_fetch or self.file_search or self.mcp)
+        return bool(self.web_search or self.web_fetch or self.file_search or self.mcp or self.tool_search)
 
 
 def check_spec(spec: dict[str, Any], param: str) -> None:

@@ -26,18 +26,20 @@ class ToolOrigin:
     """What a model-facing function name stands for on the client's side.
 
     `function`, `custom` and `tool_search` calls go back to the client; `file_search`, `web_search`,
-    `web_fetch` (Anthropic's server tool) and `mcp` calls the server runs itself (`namespace` is then the MCP server's label, or `web`
+    `web_fetch` (Anthropic's server tool), `tool_search_tool` (Anthropic's server-run tool search,
+    `name` the search's) and `mcp` calls the server runs itself (`namespace` is then the MCP server's label, or `web`
     for the web functions), unless they need the user's approval first.
     """
 
-    kind: Literal["function", "custom", "tool_search", "file_search", "web_search", "web_fetch", "mcp"]
+    kind: Literal["function", "custom", "tool_search", "file_search", "web_search", "web_fetch", "tool_search_tool",
+                  "mcp"]
     name: str
     namespace: str | None = None
     needs_approval: bool = False
 
     @property
     def server_side(self) -> bool:
-        return self.kind in ("file_search", "web_search", "web_fetch", "mcp") and not self.needs_approval
+        return self.kind in ("file_search", "web_search", "web_fetch", "tool_search_tool", "mcp") and not self.needs_approval
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 A frontend translates its client's request into a canonical `GenerationRequest` with the
 server-run tools it asked for (`ServerToolSpecs`), and renders the canonical events it gets
 back. In between, in this order and only here: the model is routed, the server-run tools are
-prepared and offered (file_search, web search and fetch, MCP), attachments become what the model
+prepared and offered (file_search, web search and fetch, tool search, MCP), attachments become what the model
 reads, the prompt is counted when the frontend needs the count, the request is admitted under
 its key's limits and given its place at a busy engine, and the generations run with the
 server-run tools in between (`tool_loop.py`). The Responses API layers its stored state on
@@ -36,6 +36,7 @@ from ..tools import ServerTools
 from ..tools.file_search import add_file_search
 from ..tools.mcp import McpServer, add_mcp_servers
 from ..tools.outbound import UrlPolicy
+from ..tools.tool_search import add_tool_search
 from ..tools.web import WebSearch
 from ..tools.web.fetch_tool import add_web_fetch, context_urls
 from ..tools.web.tool import add_web_search
@@ -231,6 +232,8 @@ class Pipeline:
                 texts = [part.text for message in turn.generation.messages if message.role in ("user", "tool")
                          for part in message.content if isinstance(part, TextPart)]  # fmt: skip
                 add_web_fetch(server_tools, specs.web_fetch, self.web, context_urls(texts))
+        if specs.tool_search is not None:
+            add_tool_search(server_tools, specs.tool_search, turn.toolset.functions)
         turn.toolset.add(server_tools.functions)
 
     async def attach(self, turn: Turn, owner: str) -> None:

@@ -35,10 +35,11 @@ async def with_server_tools(
 ) -> AsyncIterator[Event]:
     """Generations, with server-run tools in between.
 
-    When the model calls a tool this server runs (file_search, web search, MCP), the call is run,
-    its result goes to the renderer and, with the call, back to the model in a next
-    generation — until the model answers, calls a client tool, or `max_tool_calls`
-    calls have run (then the model must answer without tools).
+    When the model calls a tool this server runs (file_search, web search, tool search, MCP), the
+    call is run, its result goes to the renderer and, with the call, back to the model in a next
+    generation, the deferred tools a tool search found offered from then on — until the model
+    answers, calls a client tool, or `max_tool_calls` calls have run (then the model must answer
+    without tools).
     """
     calls_run = 0
     while True:
@@ -68,7 +69,7 @@ async def with_server_tools(
                 yield event
         if failed or finish is None:
             return
-        calls, answers = [], []
+        calls, answers, found = [], [], []
         for index, (start, parts) in server_calls.items():
             arguments = "".join(parts) or "{}"
             if toolset.allowed is None or start.name in toolset.allowed:
@@ -79,7 +80,9 @@ async def with_server_tools(
             result = ToolResult(index, outcome.output, outcome.error, outcome.data)
             yield result
             calls.append(ToolCall(start.id, start.name, arguments))
-            answers.append(Message("tool", [TextPart(result.read)], tool_call_id=start.id))
+            names = list((outcome.data or {}).get("tools_found") or ())
+            found += names
+            answers.append(Message("tool", [TextPart(result.read)], tool_call_id=start.id, tools_found=names))
         if client_call or finish.reason == "length":
             yield Finish("tool_calls" if client_call else finish.reason)
             return
@@ -90,4 +93,6 @@ async def with_server_tools(
             generation,
             messages=[*generation.messages, assistant, *answers],
             tool_choice="none" if exhausted else "auto",
+            tools=[*generation.tools, *(function for function in toolset.offered()
+                                        if function.name in found and function not in generation.tools)],
         )

@@ -23,6 +23,9 @@ A page the server fetched (the `web_fetch_*` server tool) is a `server_tool_use`
 A call the server made to an MCP server (the MCP connector, `connector.py`) is an `mcp_tool_use`
 block (the tool's own name, the server's name, the arguments streamed as `input_json_delta`),
 then an `mcp_tool_result` block with what the tool answered as text, `is_error` when it failed.
+A tool search the server ran (the `tool_search_tool_*` tools, `tools/tool_search.py`) is a
+`server_tool_use` block named as its tool, then a `tool_search_tool_result` block naming the
+tools found as `tool_reference`s; the model calls those as any client tool, in the same answer.
 """
 
 from __future__ import annotations
@@ -165,8 +168,9 @@ class MessagesRenderer:
             if origin is not None:
                 block_id, tool = new_id("srvtoolu"), origin.kind
                 self._server_calls[event.index] = (block_id, tool)
+                name = origin.name if tool == "tool_search_tool" else tool  # `tool_search_tool_regex` or `_bm25`
                 return out + self._open_block("server_tool_use", {"type": "server_tool_use", "id": block_id,
-                                                                  "name": tool, "input": {}})  # fmt: skip
+                                                                  "name": name, "input": {}})  # fmt: skip
             return out + self._open_block("tool_use", {"type": "tool_use", "id": event.id, "name": event.name,
                                                        "input": {}})  # fmt: skip
         if isinstance(event, ToolResult):
@@ -237,6 +241,8 @@ class MessagesRenderer:
         data = result.data or {}
         if tool == "web_fetch":
             return out + self._fetch_result(block_id, result, data)
+        if tool == "tool_search_tool":
+            return out + self._tool_search_result(block_id, result, data)
         if tool == "mcp":
             text = result.error if result.error is not None else result.output
             block = {"type": "mcp_tool_result", "tool_use_id": block_id, "is_error": result.error is not None,
@@ -252,6 +258,21 @@ class MessagesRenderer:
             content = [{"type": "web_search_result", "url": hit["url"], "title": hit["title"], "page_age": None,
                         "encrypted_content": self._seal_result(hit["text"])} for hit in data.get("results") or ()]  # fmt: skip
         out += self._open_block("web_search_tool_result", {"type": "web_search_tool_result", "tool_use_id": block_id,
+                                                           "content": content})  # fmt: skip
+        return out + self._close()
+
+    def _tool_search_result(self, block_id: str, result: ToolResult, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """The tools a tool search found, as `tool_reference`s; a search that could not run (a bad
+        pattern) is an error the block holds, as Anthropic's (the `anthropic` SDK's
+        `BetaToolSearchToolResultBlock`)."""
+        content: dict[str, Any]
+        if result.error:
+            content = {"type": "tool_search_tool_result_error", "error_code": data.get("error_code") or "unavailable",
+                       "error_message": result.error}  # fmt: skip
+        else:
+            content = {"type": "tool_search_tool_search_result", "tool_references": [
+                {"type": "tool_reference", "tool_name": name} for name in data.get("tools_found") or ()]}  # fmt: skip
+        out = self._open_block("tool_search_tool_result", {"type": "tool_search_tool_result", "tool_use_id": block_id,
                                                            "content": content})  # fmt: skip
         return out + self._close()
 

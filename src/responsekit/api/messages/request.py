@@ -31,7 +31,16 @@ from ...canonical.conversation import (
     ToolChoice,
 )
 from ...canonical.errors import APIError
-from ...canonical.server_tools import FETCH, SEARCH, ServerToolSpecs, check_fetch_spec, check_spec
+from ...canonical.server_tools import (
+    FETCH,
+    MAX_TOOL_SEARCHES,
+    SEARCH,
+    TOOL_SEARCHES,
+    ServerToolSpecs,
+    ToolSearchMode,
+    check_fetch_spec,
+    check_spec,
+)
 from ...files.extract import ExtractionError, extract_text
 from ...orchestration.context_editing import ContextEdit
 from ...orchestration.sealing import Sealer
@@ -39,6 +48,9 @@ from .connector import MAX_MCP_CALLS, mcp_specs
 from .context_management import context_edits
 
 log = logging.getLogger(__name__)
+
+SEARCHES = frozenset(TOOL_SEARCHES.values())
+"""The names of the tool search tool's `server_tool_use` blocks."""
 
 BILLING_HEADER = "x-anthropic-billing-header:"
 """The line Claude Code puts first in its system prompt; it changes on every request."""
@@ -93,7 +105,7 @@ class Translation:
 def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool = True,
               web_search: bool = False) -> Translation:  # fmt: skip
     """`web_search`: whether the server has a search engine to run `web_search_*` server tools with."""
-    tools, web, fetch = _tools(body.tools or [], web_search)
+    tools, web, fetch, search = _tools(body.tools or [], web_search)
     system = _system(body.system)
     messages: list[Message] = []
     named = {tool.name: tool for tool in tools}
@@ -127,13 +139,15 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
             generation.affinity_key = f"user_id:{user_id}"
     run = [spec for spec in (web, fetch) if spec is not None]
     uses = [spec.get("max_uses") for spec in run]
-    specs = ServerToolSpecs(web_search=web, web_fetch=fetch, forced=forced,
+    specs = ServerToolSpecs(web_search=web, web_fetch=fetch, tool_search=search, forced=forced,
                             max_tool_calls=None if None in uses else sum(uses))  # fmt: skip
     toolsets = [(position, tool) for position, tool in enumerate(body.tools or [])
                 if isinstance(tool, dict) and tool.get("type") == "mcp_toolset"]  # fmt: skip
     specs.mcp = mcp_specs(body.mcp_servers, toolsets)
     if specs.mcp:  # bounded, also beside a web tool without `max_uses`
         specs.max_tool_calls = MAX_MCP_CALLS + sum(MAX_MCP_CALLS if use is None else use for use in uses)
+    if search is not None and specs.max_tool_calls is not None:
+        specs.max_tool_calls += MAX_TOOL_SEARCHES
     return Translation(generation, show, stops, specs, edits)
 
 
@@ -161,15 +175,17 @@ def _system(system: str | list[Any] | None) -> list[str]:
 
 
 def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict[str, Any] | None,
-                                                        dict[str, Any] | None]:  # fmt: skip
-    """Client tools as functions, and the web search and web fetch server tools when the server
-    runs them (docs/web-search.md). Other server tools (`code_execution_*`, Anthropic-defined
+                                                        dict[str, Any] | None, ToolSearchMode | None]:  # fmt: skip
+    """Client tools as functions, the web search and web fetch server tools when the server runs
+    them (docs/web-search.md), and the tool search tool (`tools/tool_search.py`, run over the
+    deferred tools). Other server tools (`code_execution_*`, Anthropic-defined
     `bash_*`/`text_editor_*`…) have no schema here and nobody to run them: left out with a warning.
     A `defer_loading` tool is deferred: offered once a `tool_reference` names it (Claude Code's
     ToolSearch answers with those; `orchestration/tool_search.py`)."""
     functions = []
     web: dict[str, Any] | None = None
     fetch: dict[str, Any] | None = None
+    search: ToolSearchMode | None = None
     for position, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise APIError(400, "Each tool must be an object.", param=f"tools.{position}", code="invalid_value")
@@ -178,6 +194,12 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
             continue
         if str(tool.get("type") or "").startswith("web_fetch_") and web_search and fetch is None:
             fetch = check_fetch_spec(tool, f"tools.{position}")
+            continue
+        kind = str(tool.get("type") or "")
+        if kind.startswith(("tool_search_tool_regex", "tool_search_tool_bm25")):
+            if search is not None:
+                raise APIError(400, "Give one tool search tool.", param=f"tools.{position}", code="invalid_value")
+            search = "regex" if kind.startswith("tool_search_tool_regex") else "bm25"
             continue
         if tool.get("type") == "mcp_toolset":  # the MCP connector's (connector.py)
             continue
@@ -193,7 +215,7 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
         functions.append(FunctionTool(name, description if isinstance(description, str) else None, schema,
                                       strict if isinstance(strict, bool) else None,
                                       deferred=tool.get("defer_loading") is True))  # fmt: skip
-    return functions, web, fetch
+    return functions, web, fetch, search
 
 
 def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
@@ -290,7 +312,7 @@ def _message(message: Any, sealer: Sealer, system: list[str], tools: dict[str, F
     if role == "user":
         return _user(content, tools)
     if role == "assistant":
-        return _assistant(content, sealer)
+        return _assistant(content, sealer, tools)
     return None
 
 
@@ -339,12 +361,14 @@ def _reference(name: str, tool: FunctionTool | None) -> str:
     return f"Tool {name} is now available" + (f": {tool.description}" if tool.description else ".")
 
 
-def _assistant(blocks: list[Any], sealer: Sealer) -> list[Message]:
+def _assistant(blocks: list[Any], sealer: Sealer, tools: dict[str, FunctionTool]) -> list[Message]:
     """An assistant turn; a web search the server ran in it (`server_tool_use`, then its
     `web_search_tool_result`), or an MCP call (`mcp_tool_use`, then its `mcp_tool_result`), splits
     it: the call ends one assistant message, its result follows as a tool message, and what the
     model wrote after it is the next assistant message. An MCP call is named by its tool's own
-    name (the model knows it as `server__tool` only where two servers share a tool name)."""
+    name (the model knows it as `server__tool` only where two servers share a tool name). A tool
+    search the server ran (`server_tool_use` named `tool_search_tool_*`, then its
+    `tool_search_tool_result`) keeps the tools it found offered (`tools`: the request's, by name)."""
     out: list[Message] = []
     parts: list[Part] = []
     reasoning: list[str] = []
@@ -359,11 +383,20 @@ def _assistant(blocks: list[Any], sealer: Sealer) -> list[Message]:
         elif kind == "server_tool_use" and block.get("name") == "web_fetch" and isinstance(block.get("id"), str):
             url = (block.get("input") or {}).get("url") if isinstance(block.get("input"), dict) else None
             searches[block["id"]] = ToolCall(block["id"], FETCH, json.dumps({"url": str(url or "")}, ensure_ascii=False))
+        elif kind == "server_tool_use" and block.get("name") in SEARCHES and isinstance(block.get("id"), str):
+            query = (block.get("input") or {}).get("query") if isinstance(block.get("input"), dict) else None
+            searches[block["id"]] = ToolCall(block["id"], block["name"], json.dumps({"query": str(query or "")},
+                                                                                  ensure_ascii=False))  # fmt: skip
         elif kind == "mcp_tool_use" and isinstance(block.get("name"), str) and isinstance(block.get("id"), str):
             arguments = block.get("input") if isinstance(block.get("input"), dict) else {}
             searches[block["id"]] = ToolCall(block["id"], block["name"], json.dumps(arguments, ensure_ascii=False))
         elif kind == "mcp_tool_listing":
             pass  # the servers are listed anew for each request
+        elif kind == "tool_search_tool_result" and block.get("tool_use_id") in searches:
+            calls.append(searches.pop(block["tool_use_id"]))
+            out.append(Message("assistant", parts, "".join(reasoning) or None, calls))
+            out.append(_search_found(block, tools))
+            parts, reasoning, calls = [], [], []
         elif (kind in ("web_search_tool_result", "web_fetch_tool_result", "mcp_tool_result")
               and block.get("tool_use_id") in searches):  # fmt: skip
             calls.append(searches.pop(block["tool_use_id"]))
@@ -411,6 +444,18 @@ def _search_results(content: Any, sealer: Sealer) -> str:
         text = sealer.open("web_search", sealed) if isinstance(sealed, str) and sealed else None
         blocks.append(f"[{position}] {result.get('title') or ''}\nURL: {result.get('url') or ''}" + (f"\n{text}" if text else ""))
     return "\n\n".join(blocks) or "No results."
+
+
+def _search_found(block: dict[str, Any], tools: dict[str, FunctionTool]) -> Message:
+    """A replayed tool search's result as the model read it, the tools it found offered again."""
+    content = block.get("content") if isinstance(block.get("content"), dict) else {}
+    if content.get("type") != "tool_search_tool_search_result":
+        text = f"Error: the tool search failed ({content.get('error_code', 'unavailable')})."
+        return Message("tool", [TextPart(text)], tool_call_id=block["tool_use_id"])
+    references = content.get("tool_references") if isinstance(content.get("tool_references"), list) else []
+    found = [str(ref["tool_name"]) for ref in references if isinstance(ref, dict) and isinstance(ref.get("tool_name"), str)]
+    text = "\n".join(_reference(name, tools.get(name)) for name in found) or "No tools were found."
+    return Message("tool", [TextPart(text)], tool_call_id=block["tool_use_id"], tools_found=found)
 
 
 def _mcp_result(block: dict[str, Any]) -> str:
