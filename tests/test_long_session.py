@@ -17,14 +17,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.responses import Response as HTTPResponse
 
 from responsekit.app import create_app
-from responsekit.config import Settings, UpstreamConfig
+from responsekit.config import LocalModel, Settings, UpstreamConfig
 
+from .conftest import _engine_settings
 from .harness import ScriptedUpstream, serve, text_exchange, tool_call_exchange
 
 CLAUDE = Path(__file__).parent / "js" / "node_modules" / ".bin" / "claude"
@@ -233,3 +235,31 @@ def test_codex_compacts_a_long_task_before_the_engine_refuses(gateway, engine, t
     assert max(engine.prompts) > 2 * engine.prompts[0], "the context grew past twice the first request"
     after = next(json.dumps(body) for body in engine.requests if CODEX_SUMMARY in json.dumps(body))
     assert CODEX_SUMMARY in after and "w001 w001" not in after, "the task went on from the summary, the outputs left out"
+
+
+def test_an_in_process_model_at_a_small_context_answers_a_chain_past_it(tiny_gguf, tmp_path):
+    """A Responses conversation chained by `previous_response_id` grows past the in-process model's
+    512-token context: with `truncation: "auto"` every turn still gets an answer (its oldest turns
+    dropped); without it, the same turn is refused with the count, as OpenAI refuses."""
+    settings = _engine_settings(tmp_path, models=[LocalModel(path=tiny_gguf, name="tiny", context=512)])
+    paragraph = " ".join(["context"] * 100)
+    with serve(create_app(settings)) as url:
+        previous: str | None = None
+        used: list[int] = []
+        for turn in range(8):
+            body = {"model": "tiny", "input": f"Turn {turn}: {paragraph}", "max_output_tokens": 16,
+                    "truncation": "auto", "previous_response_id": previous}  # fmt: skip
+            answer = httpx.post(f"{url}/v1/responses", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            response = answer.json()
+            assert response["error"] is None and response["status"] in ("completed", "incomplete"), response
+            if response["status"] == "incomplete":
+                assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+            used.append(response["usage"]["input_tokens"])
+            previous = response["id"]
+        assert used[0] * len(used) > 3 * 512, "the chain grew to three times the context"
+        assert all(used[0] < count <= 512 - 16 for count in used[1:]), \
+            "each turn holds the latest turns that fit, with room for its answer"
+        refused = httpx.post(f"{url}/v1/responses", timeout=120, json={
+            "model": "tiny", "input": f"Turn 8: {paragraph}", "max_output_tokens": 16, "previous_response_id": previous})  # fmt: skip
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded", refused.text
