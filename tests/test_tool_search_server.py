@@ -1,5 +1,5 @@
 """Tool search run by the server, for API users: the Messages API's `tool_search_tool_regex_*` and
-`tool_search_tool_bm25_*` tools. The model calls the search as a function, reads the tools it
+`tool_search_tool_bm25_*` tools, and the Responses API's `tool_search` with `execution: "server"`. The model calls the search as a function, reads the tools it
 found, and calls one in the same answer; the client sees a `server_tool_use` block, a
 `tool_search_tool_result` block naming the tools found, then the `tool_use`. Answers and events
 are validated with the `anthropic` SDK's beta types
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from anthropic.types.beta import (
     BetaMessage,
@@ -18,15 +19,16 @@ from anthropic.types.beta import (
     BetaToolSearchToolBm25_20251119Param,
     BetaToolSearchToolRegex20251119Param,
 )
+from openai.types.responses import ResponseToolSearchCall, ResponseToolSearchOutputItem, ToolParam
 from pydantic import TypeAdapter
 
 from responsekit.canonical.conversation import FunctionTool
 from responsekit.tools.tool_search import bm25
 
-from .harness import text_exchange, tool_call_exchange
+from .harness import check_stream, read_sse, text_exchange, tool_call_exchange
 from .test_messages import create
 from .test_messages import stream as messages_stream
-from .test_tool_search import MCP_TOOLS, SCHEMA, description, offered
+from .test_tool_search import MCP_TOOLS, SCHEMA, SHELL, description, namespace, offered, respond
 
 REGEX = {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
 BM25 = {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}
@@ -129,3 +131,42 @@ def test_bm25_ranks_by_the_query_words():
     assert [tool.name for tool in bm25("calendar events", tools)] == ["listCalendarEvents"]
     assert bm25("send an email", tools)[0].name == "send_email"
     assert bm25("unrelated", tools) == []
+
+
+# --- the Responses API: a `tool_search` tool run by the server -----------------------------------
+
+
+def responses_tools() -> list[dict[str, Any]]:
+    tools = [{"type": "tool_search", "execution": "server"}, SHELL, namespace(*range(MCP_TOOLS)),
+             {"type": "function", "name": "get_weather", "description": WEATHER["description"], "strict": False,
+              "parameters": WEATHER["input_schema"], "defer_loading": True}]  # fmt: skip
+    for tool in tools:
+        TypeAdapter(ToolParam).validate_python(tool)
+    return tools
+
+
+def test_a_server_run_tool_search_on_the_responses_api(server):
+    server.upstream.push(*search_then_call("tool_search_tool_bm25", "weather forecast"))
+    response = respond(server, input="What is the weather in Paris?", tools=responses_tools())
+    first, second = server.upstream.requests
+    assert offered(first) == {"tool_search_tool_bm25", "shell"}, "the deferred tools withheld"
+    assert offered(second) == {"tool_search_tool_bm25", "shell", "get_weather"}
+    call, output, weather = response["output"]
+    ResponseToolSearchCall.model_validate(call, strict=True)
+    ResponseToolSearchOutputItem.model_validate(output, strict=True)
+    assert call["execution"] == "server" and call["arguments"] == {"query": "weather forecast"}
+    assert output["execution"] == "server" and output["call_id"] == call["call_id"]
+    assert [tool["name"] for tool in output["tools"]] == ["get_weather"]
+    assert weather["type"] == "function_call" and weather["name"] == "get_weather"
+
+    server.upstream.push(*search_then_call("tool_search_tool_bm25", "weather forecast"))
+    with httpx.stream("POST", f"{server.base_url}/responses", timeout=30, json={
+            "model": "test-model", "input": "Weather?", "tools": responses_tools(), "stream": True}) as answer:  # fmt: skip
+        events, _ = read_sse(answer.iter_lines())
+    final = check_stream(events)
+    assert [item["type"] for item in final["output"]] == ["tool_search_call", "tool_search_output", "function_call"]
+
+    server.upstream.push(text_exchange("Sunny."))
+    result = {"type": "function_call_output", "call_id": weather["call_id"], "output": "Sunny, 24°C."}
+    respond(server, input=[result], tools=responses_tools(), previous_response_id=response["id"])
+    assert offered(server.upstream.requests[-1]) == {"tool_search_tool_bm25", "shell", "get_weather"}, "kept offered"

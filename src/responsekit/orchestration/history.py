@@ -24,7 +24,7 @@ from ..canonical.conversation import (
 from ..canonical.errors import APIError
 from ..canonical.ids import new_id
 from ..canonical.server_tools import NAMESPACE as WEB
-from ..canonical.server_tools import call_of
+from ..canonical.server_tools import TOOL_SEARCHES, call_of
 from ..canonical.toolset import CUSTOM_INPUT, TOOL_SEARCH, ToolSet
 from ..store import MODEL_READ
 from ..tools.file_search import format_results
@@ -176,13 +176,15 @@ class _HistoryBuilder:
         self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
 
     def _tool_search_call(self, item: dict[str, Any]) -> None:
-        """A client's tool search, as the model called it (`TOOL_SEARCH`)."""
+        """A tool search, as the model called it: a client's (`TOOL_SEARCH`) or the server's BM25
+        (`execution: "server"`, `tools/tool_search.py`)."""
         call_id = item.get("call_id")
         if not isinstance(call_id, str) or not call_id:
-            raise _Skip("tool_search_call without a call_id (one the server ran)")
+            raise _Skip("tool_search_call without a call_id")
         arguments = item.get("arguments")
         text = arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
-        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(call_id, self.toolset.model_name(TOOL_SEARCH), text))
+        name = TOOL_SEARCHES["bm25"] if item.get("execution") == "server" else self.toolset.model_name(TOOL_SEARCH)
+        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(call_id, name, text))
 
     def _tool_search_output(self, item: dict[str, Any]) -> None:
         """What a client's tool search found: the model reads the tools, which are offered from

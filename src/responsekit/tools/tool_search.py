@@ -1,5 +1,6 @@
-"""Tool search run by the server: the Messages API's `tool_search_tool_regex_*` and
-`tool_search_tool_bm25_*` tools, over the request's deferred tools.
+"""Tool search run by the server over the request's deferred tools: the Messages API's
+`tool_search_tool_regex_*` and `tool_search_tool_bm25_*` tools, and the Responses API's
+`tool_search` with `execution: "server"` (BM25; https://developers.openai.com/api/docs/guides/tools-tool-search).
 
 The model is offered the search as a function taking a `query` (a Python regular expression,
 or natural language for BM25); the server searches the deferred tools' names, descriptions and

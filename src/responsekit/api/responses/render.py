@@ -354,9 +354,9 @@ class ResponseRenderer:
                     "call_id": event.id, "name": origin.name, "input": ""}  # fmt: skip
             if origin.namespace:
                 item["namespace"] = origin.namespace
-        elif kind == "tool_search":  # no events of its own stream its arguments (openai-python's types)
+        elif kind in ("tool_search", "tool_search_tool"):  # no events of their own stream the arguments (openai-python's types)
             item = {"id": new_id("tsc"), "type": "tool_search_call", "status": "in_progress", "call_id": event.id,
-                    "execution": "client", "arguments": {}}  # fmt: skip
+                    "execution": "client" if kind == "tool_search" else "server", "arguments": {}}  # fmt: skip
         elif kind == "file_search":
             item = {"id": new_id("fs"), "type": "file_search_call", "status": "in_progress", "queries": [],
                     "results": None}  # fmt: skip
@@ -418,8 +418,11 @@ class ResponseRenderer:
                 self._custom_delta(out, call, text[len(call.streamed_input):])
             item["input"] = text
             out.append(self._event("response.custom_tool_call_input.done", **where, input=text))
-        elif call.kind == "tool_search":
+        elif call.kind in ("tool_search", "tool_search_tool"):
             item["arguments"] = _search_arguments(arguments)
+            if call.kind == "tool_search_tool" and status == "completed":
+                self._waiting[index] = call
+                return
         elif call.kind == "file_search":
             item["queries"] = _queries(arguments)
             if status == "completed":
@@ -449,7 +452,7 @@ class ResponseRenderer:
                     self._waiting[index] = call
                     return
         if call.kind != "mcp_approval":
-            item["status"] = status if call.kind in ("function", "custom", "tool_search") else "incomplete"
+            item["status"] = status if call.kind in ("function", "custom", "tool_search", "tool_search_tool") else "incomplete"
         broken = call.kind == "function" and status == "completed" and not _is_json(item["arguments"])
         if broken:
             log.warning("the model called %s with arguments that are not JSON: %.200r", item["name"], item["arguments"])
@@ -470,6 +473,11 @@ class ResponseRenderer:
         where = {"item_id": item["id"], "output_index": call.output_index}
         if call.kind in ("file_search", "web_search"):
             self.reads[item["id"]] = result.read
+        if call.kind == "tool_search_tool":
+            item["status"] = "incomplete" if result.error else "completed"
+            self._done(out, call.output_index, item)
+            self._search_output(out, item, list(data.get("tools_found") or ()))
+            return
         if call.kind == "file_search":
             self._citations.update(data.get("citations", {}))
             item["status"] = "failed" if result.error else "completed"
@@ -496,6 +504,25 @@ class ResponseRenderer:
                 item["status"], item["output"] = "completed", result.output
                 out.append(self._event("response.mcp_call.completed", **where))
         self._done(out, call.output_index, item)
+
+    def _search_output(self, out: list[dict[str, Any]], call: dict[str, Any], found: list[str]) -> None:
+        """The `tool_search_output` item of a search the server ran: the tools it found as the
+        request declared them (a namespace member's whole namespace), as OpenAI's hosted tool
+        search answers (https://developers.openai.com/api/docs/guides/tools-tool-search)."""
+        tools: list[dict[str, Any]] = []
+        for name in found:
+            origin = self._toolset.origin(name)
+            wanted = origin.namespace or origin.name
+            tool = next((tool for tool in self._toolset.echo if tool.get("name") == wanted
+                         and tool.get("type") in ("function", "custom", "namespace")), None)  # fmt: skip
+            if tool is not None and tool not in tools:
+                tools.append(tool)
+        item = {"id": new_id("tso"), "type": "tool_search_output", "status": "completed", "call_id": call["call_id"],
+                "execution": "server", "tools": tools}  # fmt: skip
+        output_index = self._reserve()
+        out.append(self._event("response.output_item.added", output_index=output_index,
+                               item={**item, "status": "in_progress"}))  # fmt: skip
+        self._done(out, output_index, item)
 
     # --- the end ----------------------------------------------------------------------
 

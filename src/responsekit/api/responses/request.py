@@ -171,6 +171,8 @@ def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) ->
         background=body.background,
         server_tools=ServerToolSpecs(
             web_search=webs[0][1] if webs else None,
+            tool_search="bm25" if any(isinstance(tool, dict) and tool.get("type") == "tool_search"
+                                      and tool.get("execution") in (None, "server") for tool in body.tools) else None,
             file_search=searches[0] if searches else None,
             mcp=mcp,
             forced=SEARCH if isinstance(body.tool_choice, dict) and body.tool_choice.get("type") in WEB_SEARCH_TOOL_TYPES

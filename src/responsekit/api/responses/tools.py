@@ -4,7 +4,8 @@
 back as `custom_tool_call` items; `namespace` tools are flattened so the model sees
 every function, and calls are mapped back to their namespace. A `defer_loading` tool is
 deferred until a `tool_search_output` finds it; a `tool_search` the client runs (Codex's) is
-offered as a function whose calls come back as `tool_search_call` items. Hosted tools that no
+offered as a function whose calls come back as `tool_search_call` items; one the server runs
+(`execution: "server"`) is the orchestrator's (`tools/tool_search.py`). Hosted tools that no
 component of this server runs are dropped with a warning (web search without a
 configured provider, for one).
 """
@@ -30,7 +31,7 @@ HOSTED_TOOL_TYPES = frozenset({
 """Tool types of the API that are not client functions (echoed in the Response, not offered)."""
 WEB_SEARCH_TOOL_TYPES = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview",
                                    "web_search_preview_2025_03_11"})  # fmt: skip
-SERVED_TOOL_TYPES = frozenset({"file_search", "mcp"})
+SERVED_TOOL_TYPES = frozenset({"file_search", "mcp", "tool_search"})
 """Hosted tools the orchestrator runs itself (`tools/`); web search too when a provider is configured."""
 
 
