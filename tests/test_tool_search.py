@@ -257,7 +257,10 @@ def test_codex_searches_its_mcp_tools(server, tmp_path):
     home, work = codex_home(tmp_path, server.base_url), tmp_path / "work"
     work.mkdir()
     config = home / "config.toml"
-    config.write_text(config.read_text() + f'\n[mcp_servers.records]\ncommand = "{sys.executable}"\nargs = ["{script}"]\n')
+    # required: Codex starts its turn once the server has listed its tools, also when a loaded machine
+    # takes seconds to start it (without, the turn may begin with none yet to search).
+    config.write_text(config.read_text() + f'\n[mcp_servers.records]\ncommand = "{sys.executable}"\nargs = ["{script}"]\n'
+                      "required = true\nstartup_timeout_sec = 120\n")
     catalog = json.loads(Path(tomllib.loads(config.read_text())["model_catalog_json"]).read_text())
     assert all(model["supports_search_tool"] for model in catalog["models"]), "as `connect codex` writes it"
 
