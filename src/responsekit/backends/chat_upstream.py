@@ -460,31 +460,29 @@ class ChatUpstream:
             yield fitted
             return
         body = self.render(fitted)
-        async with aclosing(self._send(body, request)) as events:
-            async for event in events:
-                if self._refused_budget(body, event):
-                    async with aclosing(self._send(body, request)) as again:
-                        async for retried in again:
-                            yield retried
-                    return
-                yield event
-
-    async def _send(self, body: dict[str, Any], request: GenerationRequest) -> AsyncIterator[Event]:
+        refused = False
         recording = self._recorder.start(self.name, "/chat/completions", body) if self._recorder else None
         try:
             async with aclosing(self._exchange(body, recording, request)) as events:
-                async for event in events:
+                async for event in events:  # one layer between the engine and the renderer on every token
+                    if isinstance(event, Error) and self._refused_budget(body, event):
+                        refused = True  # the engine's only event: the request goes again, without the budget
+                        break
                     yield event
         finally:
             if recording is not None:
                 await recording.save()
+        if refused:  # the model has no budget now (`_no_budget`): the next refusal is not this one
+            async with aclosing(self.generate(request)) as again:
+                async for event in again:
+                    yield event
 
-    def _refused_budget(self, body: dict[str, Any], event: Event) -> bool:
+    def _refused_budget(self, body: dict[str, Any], event: Error) -> bool:
         """Whether the engine refused the thinking budget (vLLM started without a reasoning parser
         answers 400: https://docs.vllm.ai/en/latest/features/reasoning_outputs.html); then the model
-        gets none from now on, and `body` loses it to be sent again."""
+        gets none from now on."""
         field = self.dialect.thinking_budget_param
-        if field not in body or not isinstance(event, Error) or event.status != 400:
+        if field not in body or event.status != 400:
             return False
         told = event.message.lower()
         if not any(word in told for word in (field, "reasoning_config", "reasoning parser", "reasoning-parser")):
@@ -492,7 +490,6 @@ class ChatUpstream:
         log.warning("upstream %s refused a thinking budget for %s; sending none: %s", self.name, body["model"],
                     event.message)  # fmt: skip
         self._no_budget.add(body["model"])
-        del body[field]
         return True
 
     async def _exchange(
