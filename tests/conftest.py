@@ -84,7 +84,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # --- how the suite is run: on pytest-xdist workers (`make test`), and `make test-fast` -------
 
 SLOW_MODULES = {
-    "test_real_clients", "test_claude_code", "test_gemini_cli", "test_attachments_clients",  # real CLIs
+    "test_real_clients", "test_claude_code", "test_gemini_cli", "test_attachments_clients", "test_long_session",  # real CLIs
     "test_ui",  # Chromium
     "test_load",  # 10,000 requests; SIGTERM under load
     "test_packaging",  # a fresh virtualenv and `pip install`
