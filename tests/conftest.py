@@ -97,6 +97,8 @@ SLOW_TESTS = {
     ("test_web_search", "test_claude_code_web_fetch_through_connect_claude"),
     ("test_connect_codex", "test_without_codex_every_model_gets_an_entry_codex_accepts"),
     ("test_connect_codex", "test_with_codex_the_entry_is_cloned_from_its_catalog_and_compacts_at_its_limit"),
+    ("test_tool_search", "test_codex_searches_its_mcp_tools"),
+    ("test_tool_search", "test_claude_code_searches_its_mcp_tools"),
 }
 """`slow`: the real clients (Codex CLI, Claude Code, Gemini CLI, the JavaScript SDKs), the browser
 (any test with a `page`), the load tests and the fresh install, which `make test-fast` leaves out."""
