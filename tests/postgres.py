@@ -159,11 +159,33 @@ def private_cluster(pg_ctl: str) -> Iterator[str]:
                 continue
             shutil.rmtree(directory, ignore_errors=True)
             raise RuntimeError(f"the private PostgreSQL cluster did not start ({error})\n{detail}") from error
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        _wait_until_accepting(url)
+        yield url
     finally:
         executor.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _wait_until_accepting(url: str, seconds: float = 60.0) -> None:
+    """A started cluster may listen and still refuse with "the database system is starting up"
+    (on a loaded machine, for seconds): wait until a connection is taken."""
+
+    async def connected() -> None:
+        deadline = asyncio.get_running_loop().time() + seconds
+        while True:
+            try:
+                connection = await asyncpg.connect(url, timeout=10)
+            except asyncpg.exceptions.CannotConnectNowError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+            else:
+                await connection.close()
+                return
+
+    asyncio.run(connected())
 
 
 def _taken(port: int) -> bool:
