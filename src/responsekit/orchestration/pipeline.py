@@ -245,15 +245,12 @@ class Pipeline:
     async def edit_context(self, turn: Turn, edits: Sequence[ContextEdit]) -> None:
         """Clear what `edits` say from the history the engine gets (`context_editing.py`), their
         triggers comparing the prompt's tokens as `count_prompt` counts them."""
-        turn.context_edits = apply_edits(turn.generation, edits, await self._prompt_tokens(turn))
-
-    async def _prompt_tokens(self, turn: Turn) -> int:
-        """Counted where the backend counts without asking an engine, else estimated."""
         generation, upstream = turn.generation, turn.upstream
-        if upstream.context_window(generation.model) is None or not upstream.counts_locally:
-            return estimate_tokens(generation)
-        count, _ = await upstream.count_tokens(generation)
-        return count
+        counted = upstream.counts_locally and upstream.context_window(generation.model) is not None
+        tokens = (await upstream.count_tokens(generation))[0] if counted else estimate_tokens(generation)
+        turn.context_edits = apply_edits(generation, edits, tokens)
+        if counted and not turn.context_edits:  # the history as counted: `count_prompt` need not count it again
+            turn.input_tokens = tokens
 
     async def count_prompt(self, turn: Turn) -> None:
         """The prompt's tokens, and an output maximum clamped to what the context leaves; a prompt
@@ -269,12 +266,14 @@ class Pipeline:
         """
         generation, upstream = turn.generation, turn.upstream
         window = upstream.context_window(generation.model)
-        if window is not None and (upstream.counts_locally or prompt_may_overflow(window, generation)):
+        if turn.input_tokens is not None:  # counted exactly by `edit_context`, the history unchanged since
+            exact = True
+        elif window is not None and (upstream.counts_locally or prompt_may_overflow(window, generation)):
             turn.input_tokens, exact = await upstream.count_tokens(generation)
-            if exact and turn.input_tokens > window:
-                raise ContextOverflow(turn.input_tokens, window)
         else:
-            turn.input_tokens = estimate_tokens(generation)
+            turn.input_tokens, exact = estimate_tokens(generation), False
+        if exact and window is not None and turn.input_tokens > window:
+            raise ContextOverflow(turn.input_tokens, window)
         if window is None or not upstream.counts_locally:
             return
         room = room_left(window, turn.input_tokens, generation.max_output_tokens)
