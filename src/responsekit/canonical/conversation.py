@@ -6,6 +6,7 @@ Frontends (Responses, Chat Completions) translate their requests into a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -79,6 +80,15 @@ class FunctionTool:
     strict: bool | None = None
     deferred: bool = False
     """Declared with `defer_loading`: withheld from the model until a tool search finds it."""
+
+
+def found_tools(found: Sequence[FunctionTool]) -> str:
+    """What the model reads of a tool search's finds, whoever ran the search: the tools it may
+    call from now on."""
+    if not found:
+        return "No tools were found."
+    return "\n".join(f"Tool {tool.name} is now available" + (f": {tool.description}" if tool.description else ".")
+                     for tool in found)  # fmt: skip
 
 
 @dataclass(slots=True, frozen=True)

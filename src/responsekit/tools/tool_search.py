@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from ..canonical.conversation import FunctionTool
+from ..canonical.conversation import FunctionTool, found_tools
 from ..canonical.server_tools import TOOL_SEARCHES, ToolSearchMode
 from ..canonical.toolset import ToolOrigin
 from . import ServerTools, ToolOutcome
@@ -72,7 +72,7 @@ def add_tool_search(server_tools: ServerTools, mode: ToolSearchMode, tools: Sequ
         except SearchFailed as failed:
             return ToolOutcome("", error=str(failed), data={"error_code": failed.code})
         names = [tool.name for tool in found]
-        return ToolOutcome(_read(found), data={"tools_found": names})
+        return ToolOutcome(found_tools(found), data={"tools_found": names})
 
     server_tools.add(ToolOrigin("tool_search_tool", name), FunctionTool(name, DESCRIPTIONS[mode], parameters), run)
 
@@ -86,14 +86,6 @@ def _query(arguments: str) -> str:
     if not isinstance(query, str) or not query.strip():
         raise SearchFailed("invalid_tool_input", "The search needs a non-empty `query`.")
     return query
-
-
-def _read(found: Sequence[FunctionTool]) -> str:
-    """What the model reads of a search's finds: the tools it may call from now on."""
-    if not found:
-        return "No tools were found."
-    return "\n".join(f"Tool {tool.name} is now available" + (f": {tool.description}" if tool.description else ".")
-                     for tool in found)  # fmt: skip
 
 
 def document(tool: FunctionTool) -> str:

@@ -29,6 +29,7 @@ from ...canonical.conversation import (
     TextPart,
     ToolCall,
     ToolChoice,
+    found_tools,
 )
 from ...canonical.errors import APIError
 from ...canonical.server_tools import (
@@ -358,7 +359,7 @@ def _reference(name: str, tool: FunctionTool | None) -> str:
     """A `tool_reference` as the model reads it: the tool it may call from now on."""
     if tool is None:
         return f"Tool {name} was found, but this request does not declare it."
-    return f"Tool {name} is now available" + (f": {tool.description}" if tool.description else ".")
+    return found_tools([tool])
 
 
 def _assistant(blocks: list[Any], sealer: Sealer, tools: dict[str, FunctionTool]) -> list[Message]:
