@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import resource
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +119,155 @@ def test_a_file_past_the_disk_limit_is_refused(runtime: Bubblewrap, container: s
 def test_no_sandbox_without_bubblewrap(tmp_path: Path) -> None:
     with pytest.raises(SandboxUnavailable, match="bubblewrap"):
         bubblewrap_runtime(tmp_path, bwrap=str(tmp_path / "no-bwrap"))
+
+
+def test_the_host_files_and_environment_are_out_of_reach(
+    runtime: Bubblewrap, container: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = tmp_path / "responsekit.db"
+    database.write_text("the gateway's secret rows")
+    monkeypatch.setenv("RESPONSEKIT_TEST_SECRET", "sk-do-not-leak")
+
+    async def go() -> None:
+        for command in (
+            "cat /etc/shadow",
+            "ls /root",
+            "ls /work",
+            "ls /home",
+            "ls /var/lib",
+            f"cat {database}",
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+        ):
+            done = await runtime.run(container, command)
+            assert done.exit_code != 0, (command, done.stdout)
+            assert "secret rows" not in done.stdout
+        seen = await runtime.run(
+            container, "cat /proc/1/environ /proc/self/environ; env; cat /etc/passwd; ls /etc"
+        )
+        assert seen.exit_code == 0, seen.stderr
+        assert "sk-do-not-leak" not in seen.stdout
+        assert "RESPONSEKIT" not in seen.stdout
+        assert "root:" not in seen.stdout
+        assert "shadow" not in seen.stdout
+        # The only writable places are the workspace and the private /tmp.
+        for target in ("/usr/x", "/etc/x", "/x", "/proc/x"):
+            assert (await runtime.run(container, f"touch {target}")).exit_code != 0, target
+        # Other processes of the host are not visible.
+        ps = await runtime.run(container, "ls /proc | grep -c '^[0-9]'")
+        assert int(ps.stdout) <= 5, ps.stdout  # bwrap, sh, ls, grep
+
+    asyncio.run(go())
+
+
+def test_no_network_loopback_services_or_internet(runtime: Bubblewrap, container: str) -> None:
+    async def go() -> None:
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            connect = (
+                "import socket, sys\n"
+                "s = socket.socket(); s.settimeout(3)\n"
+                "try:\n"
+                "    s.connect((sys.argv[1], int(sys.argv[2]))); print('connected')\n"
+                "except OSError as e:\n"
+                "    print('refused', e); sys.exit(1)\n"
+            )
+            await runtime.put_file(container, "connect.py", connect.encode())
+            for host, to in (("127.0.0.1", port), ("1.1.1.1", 80), ("8.8.8.8", 53)):
+                done = await runtime.run(container, f"python3 connect.py {host} {to}")
+                assert done.exit_code == 1, (host, done)
+                assert "connected" not in done.stdout
+            interfaces = await runtime.run(container, "cat /proc/net/dev")
+            assert [line.split(":")[0].strip() for line in interfaces.stdout.splitlines()[2:]] == [
+                "lo"
+            ]
+        finally:
+            server.close()
+
+    asyncio.run(go())
+
+
+def test_unprivileged_no_capabilities_and_seccomp(runtime: Bubblewrap, container: str) -> None:
+    async def go() -> None:
+        done = await runtime.run(
+            container, "grep -E '^(CapEff|CapPrm|Seccomp):' /proc/self/status; echo x > mine"
+        )
+        status = dict(line.split(":\t") for line in done.stdout.splitlines())
+        assert status == {
+            "CapEff": "0000000000000000",
+            "CapPrm": "0000000000000000",
+            "Seccomp": "2",
+        }
+        owner = (runtime.root / container / "data" / "mine").stat().st_uid
+        assert owner not in (0, os.getuid())
+        # Denied by the filter: new namespaces, mounts, ptrace.
+        for command in ("unshare -U true", "unshare -n true", "mount -t tmpfs none /tmp"):
+            assert (await runtime.run(container, command)).exit_code != 0, command
+
+    asyncio.run(go())
+
+
+def test_a_fork_bomb_stops_at_the_process_limit_and_spares_the_others(
+    runtime: Bubblewrap, container: str
+) -> None:
+    other = f"{container}_other"
+
+    async def go() -> None:
+        await runtime.start(other, Limits(processes=64), Network())
+        bomb = asyncio.create_task(runtime.run(container, "f() { f | f & }; f; sleep 4", timeout=6))
+        await asyncio.sleep(1)
+        calm = await runtime.run(other, "echo still here")
+        assert (calm.stdout, calm.exit_code) == ("still here\n", 0)
+        done = await bomb
+        assert "fork" in done.stderr.lower()
+        after = await runtime.run(container, "echo recovered")
+        assert after.stdout == "recovered\n"
+
+    try:
+        asyncio.run(go())
+    finally:
+        asyncio.run(runtime.remove(other))
+
+
+def test_a_memory_bomb_is_killed_at_the_limit(runtime: Bubblewrap, container: str) -> None:
+    async def go() -> None:
+        done = await runtime.run(container, "python3 -c 'x = bytearray(200 << 20); print(len(x))'")
+        assert done.exit_code != 0
+        assert done.stdout == ""
+        assert "memory limit" in done.stderr
+        assert (await runtime.run(container, "echo alive")).stdout == "alive\n"
+
+    asyncio.run(go())
+
+
+def test_an_endless_loop_stops_at_the_wall_clock_limit(runtime: Bubblewrap, container: str) -> None:
+    async def go() -> None:
+        started = asyncio.get_running_loop().time()
+        done = await runtime.run(container, "sleep 100 & while :; do :; done", timeout=1.5)
+        assert asyncio.get_running_loop().time() - started < 5
+        assert done.timed_out and done.exit_code is None
+        assert "wall-clock" in done.stderr
+        # Nothing of it is left running in the container's cgroup.
+        await asyncio.sleep(0.2)
+        assert runtime._containers[container].group.pids() == set()
+
+    asyncio.run(go())
+
+
+def test_a_gigabyte_of_output_is_cut_to_the_bound(runtime: Bubblewrap, container: str) -> None:
+    async def go() -> None:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = asyncio.get_running_loop().time()
+        done = await runtime.run(
+            container,
+            "head -c 1000000000 /dev/zero | tr '\\0' a; head -c 1000000000 /dev/zero >&2",
+            max_output=1000,
+        )
+        assert asyncio.get_running_loop().time() - started < 8
+        assert done.exit_code == 0
+        assert done.stdout.startswith("a" * 1000 + "\n[output cut: 1000000000 bytes in all")
+        assert len(done.stdout) < 1100 and len(done.stderr) < 1100
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        assert grown < 100_000  # kilobytes
+
+    asyncio.run(go())

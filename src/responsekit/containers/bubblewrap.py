@@ -230,7 +230,9 @@ def _argv(
              "--bind", f"{DOOR}/data", WORKSPACE]  # fmt: skip
     for source, target in binds:
         argv += ["--bind", f"{DOOR}/{source}", target]
-    argv += ["--chdir", WORKSPACE]
+    # The root bwrap builds (a tmpfs holding the mount points) is made read-only last, so /tmp and
+    # /mnt/data, mounts of their own, are the only writable places.
+    argv += ["--remount-ro", "/", "--chdir", WORKSPACE]
     for key, value in (env or SANDBOX_ENV).items():
         argv += ["--setenv", key, value]
     argv += ["--seccomp", fd_of(_memfd("seccomp", bpf), "seccomp"), "--", *command]
