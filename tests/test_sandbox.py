@@ -8,6 +8,8 @@ import asyncio
 import itertools
 import os
 import resource
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -269,5 +271,88 @@ def test_a_gigabyte_of_output_is_cut_to_the_bound(runtime: Bubblewrap, container
         assert len(done.stdout) < 1100 and len(done.stderr) < 1100
         grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
         assert grown < 100_000  # kilobytes
+
+    asyncio.run(go())
+
+
+def test_the_kernel_keeps_variables_across_calls_and_event_loops(
+    runtime: Bubblewrap, container: str
+) -> None:
+    first = asyncio.run(runtime.run_code(container, "x = 41\nprint('set')"))
+    assert (first.logs, first.error) == ("set\n", False)
+
+    # A call from a thread that then ends (as a request's worker thread does): the kernel it
+    # started must outlive it.
+    def in_a_thread() -> None:
+        asyncio.run(runtime.run_code(container, "y = x + 1"))
+
+    worker = threading.Thread(target=in_a_thread)
+    worker.start()
+    worker.join()
+    time.sleep(0.3)
+    second = asyncio.run(
+        runtime.run_code(container, "import os\nos.system('echo from a child')\ny")
+    )
+    assert second.logs == "from a child\n0\n42\n" or second.logs == "from a child\n42\n", (
+        second.logs
+    )
+    failed = asyncio.run(runtime.run_code(container, "def f():\n    return 1 / 0\nf()"))
+    assert failed.error
+    assert failed.logs.startswith('Traceback (most recent call last):\n  File "<cell>"')
+    assert "return 1 / 0" in failed.logs and "ZeroDivisionError" in failed.logs
+    assert "kernel.py" not in failed.logs
+    still = asyncio.run(runtime.run_code(container, "y"))
+    assert still.logs == "42\n"
+
+
+def test_the_kernel_restarts_after_a_crash_a_memory_bomb_and_a_timeout(
+    runtime: Bubblewrap, container: str
+) -> None:
+    async def go() -> None:
+        await runtime.run_code(container, "z = 1")
+        crashed = await runtime.run_code(container, "import os\nos._exit(3)")
+        assert crashed.error and "the kernel died" in crashed.logs
+        after = await runtime.run_code(container, "print('z' in globals())")
+        assert after.logs.startswith("[the kernel restarted")
+        assert after.logs.endswith("False\n")
+        bomb = await runtime.run_code(container, "x = bytearray(200 << 20)")
+        assert bomb.error and "memory limit" in bomb.logs
+        loop = await runtime.run_code(container, "while True: pass", timeout=1)
+        assert loop.timed_out and "wall-clock" in loop.logs
+        flood = await runtime.run_code(container, "for _ in range(10**6): print('x' * 100)")
+        assert flood.logs.endswith("[output cut: 101000000 bytes in all, the first 65536 shown]")
+        back = await runtime.run_code(container, "1 + 1")
+        assert back.logs.endswith("2\n") and not back.error
+
+    asyncio.run(go())
+
+
+def test_a_figure_comes_back_as_png(runtime: Bubblewrap, container: str) -> None:
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [1, 4, 9])\n"
+        "plt.title('squares')\n"
+        "plt.show()\n"
+        "print('drawn')\n"
+    )
+    ran = asyncio.run(runtime.run_code(container, code, timeout=60))
+    if "No module named 'matplotlib'" in ran.logs:
+        pytest.skip("Debian's python3-matplotlib is not installed")
+    assert not ran.error, ran.logs
+    assert ran.logs == "drawn\n"
+    assert len(ran.images) == 1 and ran.images[0].startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_removing_a_container_stops_its_kernel(runtime: Bubblewrap) -> None:
+    name = f"cntr_gone{os.getpid()}"
+
+    async def go() -> None:
+        await runtime.start(name, Limits(), Network())
+        await runtime.run_code(name, "v = 1")
+        group = runtime._containers[name].group
+        assert group.pids()
+        await runtime.remove(name)
+        assert not (runtime.root / name).exists()
+        assert not any(folder.exists() for folder in group.folders)
 
     asyncio.run(go())

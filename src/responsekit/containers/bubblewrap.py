@@ -13,6 +13,7 @@ What is isolated and how, and the pitfalls each choice avoids, are in docs/code-
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import functools
@@ -25,11 +26,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cgroups, workspace
+from .kernel import Kernel, KernelGone
+from .kernel import start as start_kernel
 from .runtime import (
     WORKSPACE,
     BadPath,
@@ -92,6 +96,9 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 _LIBC = ctypes.CDLL(None, use_errno=True)
+
+KERNEL_PATH = "/opt/responsekit/kernel.py"
+"""Where kernel_server.py is, read-only, inside the sandbox."""
 
 TMP_BYTES = 256 << 20
 """The private /tmp's size (a tmpfs counts against the container's memory too)."""
@@ -297,7 +304,10 @@ class _Container:
     limits: Limits
     network: Network
     group: cgroups.Group
-    kernel: object | None = None
+    kernel: Kernel | None = None
+    kernel_lock: threading.Lock = field(default_factory=threading.Lock)
+    kernel_lost: bool = False
+    """A kernel ran before and died (or was stopped): the next one says its variables are gone."""
 
     @property
     def data(self) -> Path:
@@ -371,10 +381,11 @@ class Bubblewrap:
     def _remove(self, container_id: str) -> None:
         folder = self._folder(container_id)
         container = self._containers.pop(container_id, None)
+        if container is not None and container.kernel is not None:
+            container.kernel.kill()
         layout = self._layout or cgroups.layout()
         if layout is not None:
             cgroups.Group(layout, container_id).remove()
-        del container
         shutil.rmtree(folder, ignore_errors=True)
 
     # --- files
@@ -478,4 +489,68 @@ class Bubblewrap:
     async def run_code(
         self, container_id: str, code: str, *, timeout: float | None = None
     ) -> CodeRun:
-        raise SandboxUnavailable("the code kernel is not there yet")
+        container = await asyncio.to_thread(self._get, container_id)
+        limits = container.limits
+        wall = min(timeout, limits.wall_seconds) if timeout else limits.wall_seconds
+        # Blocking, on a worker thread: the kernel is reached from whichever event loop asks, and
+        # one call at a time per container.
+        return await asyncio.to_thread(self._run_code, container, code, wall)
+
+    def _run_code(self, container: _Container, code: str, wall: float) -> CodeRun:
+        limits = container.limits
+        with container.kernel_lock:
+            notes: list[str] = []
+            if container.kernel is None or not container.kernel.alive():
+                if container.kernel is not None:
+                    container.kernel.kill()
+                    container.kernel_lost = True
+                if container.kernel_lost:
+                    log.info(
+                        "container %s: the kernel restarted; variables were lost", container.id
+                    )
+                    notes.append("[the kernel restarted: variables from earlier calls are gone]")
+                container.kernel = self._start_kernel(container)
+                container.kernel_lost = False
+            kernel = container.kernel
+            oom_before = container.group.oom_killed()
+            try:
+                reply = kernel.execute(
+                    code, limits.output_bytes, wall, max_reply=4 * limits.output_bytes + (64 << 20)
+                )
+            except TimeoutError:
+                kernel.kill()
+                container.kernel_lost = True
+                notes.append(
+                    f"[stopped after {wall:g} seconds, the wall-clock limit; the kernel restarts "
+                    "on the next call, without the variables]"
+                )
+                return CodeRun("\n".join(notes), error=True, timed_out=True)
+            except KernelGone as gone:
+                kernel.kill()
+                container.kernel_lost = True
+                if container.group.oom_killed() > oom_before:
+                    why = f"it was killed at the memory limit of {limits.memory_bytes} bytes"
+                else:
+                    why = str(gone)
+                notes.append(
+                    f"[the kernel died: {why}; it restarts on the next call, without the variables]"
+                )
+                return CodeRun("\n".join(notes), error=True)
+        logs = str(reply.get("logs", ""))
+        images = [base64.b64decode(image) for image in reply.get("images", [])][:8]
+        text = "\n".join([*notes, logs, *self._disk_notes(container)])
+        return CodeRun(text, images=images, error=bool(reply.get("error")))
+
+    def _start_kernel(self, container: _Container) -> Kernel:
+        source = Path(__file__).with_name("kernel_server.py").read_bytes()
+
+        def argv_for(fd: int) -> tuple[list[str], list[int], Callable[[], None]]:
+            argv, fds, setup = self._spawn_args(
+                container,
+                [self.python, "-I", "-u", KERNEL_PATH, str(fd)],
+                cpu=False,
+                files=[(KERNEL_PATH, source)],
+            )
+            return argv, [fd for fd, _ in fds], setup
+
+        return start_kernel(argv_for, {"PATH": HOST_PATH})
