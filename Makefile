@@ -7,7 +7,7 @@ ARGS ?=
 # not answer and PostgreSQL is installed (tests/postgres.py).
 export RESPONSEKIT_TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test test-fast chromium haproxy valgrind bench bench-peers clean
+.PHONY: run test test-fast chromium haproxy sandbox valgrind bench bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 ## Start the server on the embedded defaults (http://127.0.0.1:8400/v1); extra flags via ARGS="…".
-run: $(VENV)/.installed-run
+run: $(VENV)/.installed-run sandbox
 	$(BIN)/responsekit serve $(ARGS)
 
 # The real JavaScript clients the tests drive (Codex CLI, the Vercel AI SDK).
@@ -58,6 +58,23 @@ debian = @if ! command -v $(1) >/dev/null && command -v apt-get >/dev/null && [ 
 # downloads no browser of its own).
 chromium:
 	$(call debian,chromium,chromium,the inspector's browser tests)
+
+# $(call debian_python,MODULE,PACKAGE,FOR): Debian's PACKAGE, installed when Debian's own Python
+# (/usr/bin/python3, not the venv's) cannot import MODULE.
+debian_python = @if ! /usr/bin/python3 -c 'import $(1)' 2>/dev/null && command -v apt-get >/dev/null \
+		&& [ "$$(id -u)" = 0 ]; then \
+		echo "Installing Debian's $(2) for $(3)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; \
+	fi
+
+# The code execution sandbox (docs/code-execution.md): bubblewrap, the seccomp filter's compiler,
+# and the Python packages code inside finds (Debian's, for Debian's /usr/bin/python3).
+sandbox:
+	$(call debian,bwrap,bubblewrap,the code execution sandbox)
+	$(call debian_python,seccomp,python3-seccomp,the sandbox's seccomp filter)
+	$(call debian_python,numpy,python3-numpy,code run in the sandbox)
+	$(call debian_python,pandas,python3-pandas,code run in the sandbox)
+	$(call debian_python,matplotlib,python3-matplotlib,code run in the sandbox)
 
 # The load balancer tests/test_replicas.py puts in front of two replicas.
 haproxy:
@@ -81,7 +98,7 @@ tests = status=0; \
 ## Install everything the tests need and run them all, after checking that every module src/
 ## imports is a declared dependency (deptry), that nothing below the frontends (api/) imports
 ## them (import-linter) and that ruff finds nothing; all configured in pyproject.toml.
-test: $(VENV)/.installed-test tests/js/node_modules/.installed chromium haproxy
+test: $(VENV)/.installed-test tests/js/node_modules/.installed chromium haproxy sandbox
 	$(BIN)/deptry src
 	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests bench
@@ -90,7 +107,7 @@ test: $(VENV)/.installed-test tests/js/node_modules/.installed chromium haproxy
 ## The inner loop: the suite without the tests marked `slow` (the real clients — Codex CLI,
 ## Claude Code, Gemini CLI —, the browser, the load tests, the fresh install). `make test` and CI
 ## run everything.
-test-fast: $(VENV)/.installed-test tests/js/node_modules/.installed haproxy
+test-fast: $(VENV)/.installed-test tests/js/node_modules/.installed haproxy sandbox
 	$(call tests,not slow)
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
