@@ -357,6 +357,13 @@ class Settings(BaseSettings):
     """The key of Brave, Tavily or Exa (SearXNG needs none)."""
     web_search_max_results: int = Field(default=5, ge=1, le=20)
     """Results of one search the model reads at `search_context_size: medium` (half at low, twice at high)."""
+    sandbox_url: str | None = None
+    """An OpenSandbox server (`http://host:8080`): set, containers run there instead of on this
+    machine (docs/code-execution.md, A remote sandbox)."""
+    sandbox_api_key: str | None = None
+    """Sent as `OPEN-SANDBOX-API-KEY` to `sandbox_url`."""
+    sandbox_image: str = "opensandbox/code-interpreter:v1.1.0"
+    """The image each OpenSandbox sandbox runs: OpenSandbox's code-interpreter image or one built on it."""
 
     @field_validator("upstreams", mode="before")
     @classmethod
