@@ -25,14 +25,16 @@ TOOL_SEARCH = "tool_search"
 class ToolOrigin:
     """What a model-facing function name stands for on the client's side.
 
-    `function`, `custom` and `tool_search` calls go back to the client; `file_search`, `web_search`,
+    `function`, `custom`, `tool_search` and `builtin` calls go back to the client (`builtin`: a
+    built-in tool the client runs, `name` its tool type, such as `shell` or `apply_patch`, whose
+    calls become that tool's items); `file_search`, `web_search`,
     `web_fetch` (Anthropic's server tool), `tool_search_tool` (Anthropic's server-run tool search,
     `name` the search's) and `mcp` calls the server runs itself (`namespace` is then the MCP server's label, or `web`
     for the web functions), unless they need the user's approval first.
     """
 
-    kind: Literal["function", "custom", "tool_search", "file_search", "web_search", "web_fetch", "tool_search_tool",
-                  "mcp"]
+    kind: Literal["function", "custom", "tool_search", "builtin", "file_search", "web_search", "web_fetch",
+                  "tool_search_tool", "mcp"]
     name: str
     namespace: str | None = None
     needs_approval: bool = False

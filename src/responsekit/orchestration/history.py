@@ -28,6 +28,7 @@ from ..canonical.server_tools import TOOL_SEARCHES, call_of
 from ..canonical.toolset import CUSTOM_INPUT, TOOL_SEARCH, ToolSet
 from ..store import MODEL_READ
 from ..tools.file_search import format_results
+from . import client_tools
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class _HistoryBuilder:
         handler = getattr(self, f"_{kind}", None) if isinstance(kind, str) else None
         if handler is None:
             raise _Skip(f"item type {kind!r} is not used by chat models")
-        if kind not in ("function_call_output", "custom_tool_call_output"):
+        if kind not in ("function_call_output", "custom_tool_call_output", *client_tools.OUTPUTS):
             self._flush_tool_images()
         handler(item)
 
@@ -123,6 +124,44 @@ class _HistoryBuilder:
         self.messages.append(Message("tool", [TextPart(text), *files], tool_call_id=call_id))
 
     _custom_tool_call_output = _function_call_output
+
+    def _shell_call(self, item: dict[str, Any]) -> None:
+        """A call of a built-in tool the client runs (`client_tools.py`): the function call the
+        model made, under the name the tool has now (or its usual one, when no longer offered)."""
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise _Skip(f"{item['type']} without a call_id")
+        kind = client_tools.CALLS[item["type"]]
+        kinds = ("computer_use_preview", "computer") if kind == "computer_use_preview" else (kind,)
+        name = next((name for name, origin in self.toolset.origins.items()
+                     if origin.kind == "builtin" and origin.name in kinds), client_tools.FUNCTIONS[kind])  # fmt: skip
+        arguments = client_tools.call_arguments(item)
+        self._assistant_turn(allow_append=True).tool_calls.append(ToolCall(call_id, name, arguments))
+
+    _local_shell_call = _apply_patch_call = _computer_call = _shell_call
+
+    def _shell_call_output(self, item: dict[str, Any]) -> None:
+        """What the client's run of a built-in tool gave: the tool result the model reads; a
+        computer call's screenshot follows as an image, as tool outputs' images do (made what the
+        model reads by the attachments stage). A `local_shell_call_output` names its call by
+        `id` in OpenAI's types, by `call_id` as the Agents SDK sends it."""
+        call_id = item.get("call_id")
+        if item.get("type") == "local_shell_call_output" and not call_id:
+            call_id = item.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise _Skip(f"{item['type']} without a call_id")
+        if not any(call.id == call_id for m in self.messages for call in m.tool_calls):
+            raise _Skip(f"tool output for unknown call {call_id!r}")
+        text = client_tools.output_text(item)
+        if item.get("type") == "computer_call_output":
+            shot = client_tools.screenshot(item)
+            text = "The screenshot taken after the action follows." if shot else "No screenshot came back."
+            if shot:
+                self.tool_images += [TextPart(f"Screenshot returned by tool call {call_id}:"),
+                                     ImagePart(shot[0], "auto", file_id=shot[1])]  # fmt: skip
+        self.messages.append(Message("tool", [TextPart(text)], tool_call_id=call_id))
+
+    _local_shell_call_output = _apply_patch_call_output = _computer_call_output = _shell_call_output
 
     def _mcp_call(self, item: dict[str, Any]) -> None:
         """An MCP call the server ran: the model sees its call and what came back."""

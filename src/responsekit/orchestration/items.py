@@ -30,6 +30,10 @@ _ID_PREFIXES = {
 """Every input item type of the API, with the id prefix OpenAI uses for it."""
 
 _ROLES = ("user", "system", "developer", "assistant")
+_CLIENT_RUN = ("shell_call", "shell_call_output", "local_shell_call", "apply_patch_call", "apply_patch_call_output",
+               "computer_call", "computer_call_output")  # fmt: skip
+"""Items of the built-in tools the client runs whose listed form has a status (openai-python's
+`ResponseItem`); the client may leave it out of an input item."""
 
 
 def normalize_items(items: list[Any]) -> list[dict[str, Any]]:
@@ -74,8 +78,14 @@ def normalize_item(item: Any) -> dict[str, Any] | str:
             return f"{kind} output is neither a string nor a list"
     elif kind == "reasoning" and not isinstance(result.get("summary"), list):
         result["summary"] = []
-    if kind in ("function_call", "function_call_output", "custom_tool_call_output", "reasoning"):
+    if kind in ("function_call", "function_call_output", "custom_tool_call_output", "reasoning", *_CLIENT_RUN):
         result.setdefault("status", "completed")
+    if kind == "shell_call":
+        result.setdefault("environment", None)
+    elif kind == "shell_call_output":
+        result.setdefault("max_output_length", None)
+    elif kind == "computer_call":
+        result.setdefault("pending_safety_checks", [])
     return result
 
 

@@ -34,6 +34,7 @@ from ...canonical.events import (
 from ...canonical.ids import new_id
 from ...canonical.server_tools import CITATION, action_of
 from ...canonical.toolset import CUSTOM_INPUT, ToolSet
+from ...orchestration import client_tools
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class _Call:
     item: dict[str, Any]
     output_index: int
     kind: str
-    """`function`, `custom`, `file_search`, `web_search`, `mcp` or `mcp_approval`."""
+    """`function`, `custom`, `builtin`, `file_search`, `web_search`, `mcp` or `mcp_approval`."""
     buffer: list[str] = field(default_factory=list)
     streamed_input: str = ""
     """For custom tools: the part of the `input` string already sent as deltas."""
@@ -343,6 +344,9 @@ class ResponseRenderer:
         self._close_message(out, "completed")
         origin = self._toolset.origin(event.name)
         kind = "mcp_approval" if origin.needs_approval else origin.kind
+        if kind == "builtin":  # announced whole once its arguments are (`_builtin_end`)
+            self._calls[event.index] = _Call({"call_id": event.id}, -1, kind, function=origin.name)
+            return
         item: dict[str, Any]
         if kind == "function":
             item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
@@ -409,6 +413,9 @@ class ResponseRenderer:
             return
         item = call.item
         arguments = "".join(call.buffer)
+        if call.kind == "builtin":
+            self._builtin_end(out, call, arguments, status)
+            return
         where = {"item_id": item["id"], "output_index": call.output_index}
         if call.kind == "custom":
             text = _custom_input(arguments, partial=False)
@@ -463,6 +470,27 @@ class ResponseRenderer:
         # call a failure cut short: `output_item.done` says the item is final, and no client
         # makes a call from a response that failed.
         self._done(out, call.output_index, item)
+
+    def _builtin_end(self, out: list[dict[str, Any]], call: _Call, arguments: str, status: str) -> None:
+        """A client-run built-in tool's call as its typed item (`client_tools.item`), added then
+        done: such calls have no events of their own between
+        (https://learn.microsoft.com/en-us/dotnet/api/azure.ai.agentserver.responses.responseeventstream.outputitemfunctionshellcall).
+        Arguments that make no such item fail the response, as a function's that are not JSON do."""
+        try:
+            item = client_tools.item(call.function, call.item["call_id"], arguments)
+        except client_tools.MalformedCall as reason:
+            if status == "completed":
+                log.warning("the model called %s with arguments that make no call of it (%s): %.200r",
+                            call.function, reason, arguments)  # fmt: skip
+                self._broken = Error("server_error", f"The model called the `{call.function}` tool with arguments "
+                                     f"that make no call of it: {reason}.", 502)  # fmt: skip
+            return
+        index = self._reserve()
+        out.append(self._event("response.output_item.added", output_index=index,
+                               item={**item, "status": "in_progress"}))  # fmt: skip
+        # An apply_patch_call is `in_progress` or `completed` only (openai-python's types).
+        item["status"] = status if status == "completed" or item["type"] != "apply_patch_call" else "in_progress"
+        self._done(out, index, item)
 
     def _tool_result(self, out: list[dict[str, Any]], result: ToolResult) -> None:
         """A server-run call's outcome completes its item (and may bring citable results)."""

@@ -5,9 +5,11 @@ back as `custom_tool_call` items; `namespace` tools are flattened so the model s
 every function, and calls are mapped back to their namespace. A `defer_loading` tool is
 deferred until a `tool_search_output` finds it; a `tool_search` the client runs (Codex's) is
 offered as a function whose calls come back as `tool_search_call` items; one the server runs
-(`execution: "server"`) is the orchestrator's (`tools/tool_search.py`). Hosted tools that no
-component of this server runs are dropped with a warning (web search without a
-configured provider, for one).
+(`execution: "server"`) is the orchestrator's (`tools/tool_search.py`). The built-in tools the
+client runs (`shell` with a local environment, `local_shell`, `apply_patch`, the computer tools)
+are offered as functions whose calls come back as their typed items
+(`orchestration/client_tools.py`). Hosted tools that no component of this server runs are
+dropped with a warning (web search without a configured provider, for one).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ...canonical.errors import APIError
 from ...canonical.server_tools import ACTIONS as WEB_FUNCTIONS
 from ...canonical.server_tools import NAMESPACE as WEB
 from ...canonical.toolset import CUSTOM_INPUT, TOOL_SEARCH, ToolOrigin, ToolSet
+from ...orchestration import client_tools
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,9 @@ def translate_tools(tools: list[Any], web_search: bool = False) -> ToolSet:
             )
         elif kind == "tool_search" and tool.get("execution") == "client":
             entries.append((ToolOrigin("tool_search", TOOL_SEARCH), _search_function(tool)))
+            toolset.echo.append(tool)
+        elif kind in client_tools.FUNCTIONS and client_tools.client_run(tool):
+            entries.append((ToolOrigin("builtin", kind), client_tools.offer(tool)))
             toolset.echo.append(tool)
         elif kind in HOSTED_TOOL_TYPES:
             if kind in WEB_SEARCH_TOOL_TYPES and not web_search:
@@ -92,19 +98,28 @@ def translate_tool_choice(choice: Any, toolset: ToolSet, web_search: bool = Fals
             toolset.model_name(str(tool.get("name")), tool.get("namespace"))
             for tool in listed
             if tool.get("type") in ("function", "custom")
-        )
+        ) | {name for tool in listed if (name := _builtin(toolset, tool.get("type")))}
         if web_search and any(tool.get("type") in WEB_SEARCH_TOOL_TYPES for tool in listed):
             # The web functions are named once the orchestrator adds them: under either name they may get.
             toolset.allowed |= {name for function in WEB_FUNCTIONS for name in (function, f"{WEB}__{function}")}
         return mode
     if kind in WEB_SEARCH_TOOL_TYPES and web_search:
         return "required"
+    if name := _builtin(toolset, kind):
+        return NamedToolChoice(name)
     raise APIError(
         400,
         f"tool_choice of type `{kind}` cannot be honoured: no component of this server runs that tool.",
         param="tool_choice",
         code="invalid_value",
     )
+
+
+def _builtin(toolset: ToolSet, kind: Any) -> str | None:
+    """The model's name for the client-run built-in tool of type `kind` the request declares
+    (`computer_use`: either computer tool), if it declares one."""
+    kinds = ("computer", "computer_use_preview") if kind in ("computer", "computer_use_preview", "computer_use") else (kind,)
+    return next((name for name, origin in toolset.origins.items() if origin.kind == "builtin" and origin.name in kinds), None)
 
 
 def declared(tool: Any, param: str = "tool") -> list[tuple[ToolOrigin, FunctionTool]]:

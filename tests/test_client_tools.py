@@ -1,0 +1,327 @@
+"""Built-in tools the client runs, on open models (docs/tools.md, "Client-executed built-in
+tools"): the model is offered a function, its call comes back as the tool's typed item with the
+events OpenAI sends for it (the `tool_use` block Anthropic's clients expect, on the Messages API),
+and the output the client replays reaches the model as the call's result.
+
+A real gateway on loopback in front of the scripted engine, which calls the function; every event,
+item and message is validated strictly against the `openai` and `anthropic` SDKs' types.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from openai.types.responses import ResponseInputItemParam, ResponseItem, ToolParam
+from pydantic import TypeAdapter
+
+from .harness import (
+    check_response,
+    check_stream,
+    read_sse,
+    strip_ids,
+    text_exchange,
+    tool_call_exchange,
+)
+from .test_attachments import PNG, gateway
+
+SHELL = {"type": "shell", "environment": {"type": "local"}}
+LOCAL_SHELL = {"type": "local_shell"}
+APPLY_PATCH = {"type": "apply_patch"}
+COMPUTER = {
+    "type": "computer_use_preview",
+    "display_width": 1024,
+    "display_height": 768,
+    "environment": "browser",
+}
+
+
+@dataclass
+class Case:
+    """One tool: what the engine calls, the item it becomes, and a replayed output of it."""
+
+    tool: dict[str, Any]
+    function: str
+    arguments: dict[str, Any] | str
+    expected: dict[str, Any]
+    """The item's fields beyond its id, call id and status."""
+    output: dict[str, Any]
+    """The client's output item, without its call_id (unless its type names the call otherwise)."""
+    read: str
+    """What the model reads of that output (a part of its tool message)."""
+    replayed: dict[str, Any] = field(default_factory=dict)
+    """The arguments the model sees again for the replayed call (default: `arguments`)."""
+
+
+CASES = {
+    "shell": Case(
+        SHELL, "shell", {"commands": ["ls -la", "cat notes.txt"], "timeout_ms": 5000},
+        {"type": "shell_call", "action": {"commands": ["ls -la", "cat notes.txt"], "timeout_ms": 5000,
+                                          "max_output_length": None}, "environment": {"type": "local"}},
+        {"type": "shell_call_output", "max_output_length": None, "output": [
+            {"stdout": "notes.txt\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+            {"stdout": "", "stderr": "cat: notes.txt: Permission denied", "outcome": {"type": "exit", "exit_code": 1}}]},
+        "[stderr]\ncat: notes.txt: Permission denied\n[exit code 1]"),
+    "shell without an environment": Case(
+        {"type": "shell"}, "shell", {"commands": ["sleep 100"]},
+        {"type": "shell_call", "action": {"commands": ["sleep 100"], "timeout_ms": None, "max_output_length": None},
+         "environment": {"type": "local"}},
+        {"type": "shell_call_output", "output": [{"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}]},
+        "Command 1:\n[timed out]"),
+    "local_shell": Case(
+        LOCAL_SHELL, "local_shell", {"command": ["python3", "-c", "print(6 * 7)"], "working_directory": "/tmp"},
+        {"type": "local_shell_call", "action": {"type": "exec", "command": ["python3", "-c", "print(6 * 7)"],
+                                                "env": {}, "timeout_ms": None, "working_directory": "/tmp",
+                                                "user": None}},
+        # OpenAI's type names the call by `id` (the Agents SDK sends `call_id`: test_agents_sdk_*)
+        {"type": "local_shell_call_output", "id": "call_7", "output": '{"output": "42\\n", "metadata": {"exit_code": 0}}'},
+        '{"output": "42\\n", "metadata": {"exit_code": 0}}'),
+    "apply_patch create": Case(
+        APPLY_PATCH, "apply_patch", {"type": "create_file", "path": "hello.py", "diff": "+print('hello')\n"},
+        {"type": "apply_patch_call", "operation": {"type": "create_file", "path": "hello.py",
+                                                   "diff": "+print('hello')\n"}},
+        {"type": "apply_patch_call_output", "status": "completed", "output": "Created hello.py"},
+        "Created hello.py"),
+    "apply_patch update": Case(
+        APPLY_PATCH, "apply_patch", {"type": "update_file", "path": "hello.py",
+                                     "diff": "@@\n-print('hello')\n+print('hello, world')\n"},
+        {"type": "apply_patch_call", "operation": {"type": "update_file", "path": "hello.py",
+                                                   "diff": "@@\n-print('hello')\n+print('hello, world')\n"}},
+        {"type": "apply_patch_call_output", "status": "failed", "output": "hello.py: context not found"},
+        "Error: the patch was not applied. hello.py: context not found"),
+    "apply_patch delete": Case(
+        APPLY_PATCH, "apply_patch", {"type": "delete_file", "path": "old.txt"},
+        {"type": "apply_patch_call", "operation": {"type": "delete_file", "path": "old.txt"}},
+        {"type": "apply_patch_call_output", "status": "completed"}, "The patch was applied."),
+    "computer click": Case(
+        COMPUTER, "computer", {"action": "click", "x": 120, "y": 44},
+        {"type": "computer_call", "action": {"type": "click", "x": 120, "y": 44, "button": "left"},
+         "pending_safety_checks": []},
+        {"type": "computer_call_output", "output": {"type": "computer_screenshot", "image_url": PNG},
+         "acknowledged_safety_checks": [{"id": "sc_1", "code": "malicious_instructions", "message": "ok"}]},
+        "The screenshot taken after the action follows.", {"action": "click", "x": 120, "y": 44, "button": "left"}),
+    "computer (GA)": Case(
+        {"type": "computer"}, "computer", {"action": "type", "text": "hello"},
+        {"type": "computer_call", "actions": [{"type": "type", "text": "hello"}], "pending_safety_checks": []},
+        {"type": "computer_call_output", "output": {"type": "computer_screenshot", "file_id": "file_123"}},
+        "The screenshot taken after the action follows."),
+    "computer keypress": Case(
+        COMPUTER, "computer", {"action": "keypress", "keys": "ctrl+l"},
+        {"type": "computer_call", "action": {"type": "keypress", "keys": ["ctrl", "l"]}, "pending_safety_checks": []},
+        {"type": "computer_call_output", "output": {"type": "computer_screenshot", "image_url": PNG}},
+        "The screenshot taken after the action follows.", {"action": "keypress", "keys": ["ctrl", "l"]}),
+}  # fmt: skip
+
+
+def respond(server: Any, body: dict[str, Any]) -> dict[str, Any]:
+    answer = httpx.post(
+        f"{server.base_url}/responses", json={"model": "test-model", **body}, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    check_response(answer.json())
+    return answer.json()
+
+
+def stream(server: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{server.base_url}/responses", json={"model": "test-model", **body, "stream": True},
+                      timeout=30) as answer:  # fmt: skip
+        assert answer.status_code == 200
+        events, done = read_sse(answer.iter_lines())
+    assert done
+    return events
+
+
+def offered(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {tool["function"]["name"]: tool["function"] for tool in request.get("tools") or ()}
+
+
+def tool_messages(request: dict[str, Any]) -> dict[str, str]:
+    return {
+        message["tool_call_id"]: message["content"]
+        for message in request["messages"]
+        if message["role"] == "tool"
+    }
+
+
+def called(request: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """The tool calls of a chat request's assistant turns, by id: (name, arguments)."""
+    return {call["id"]: (call["function"]["name"], json.loads(call["function"]["arguments"]))
+            for message in request["messages"] if message["role"] == "assistant"
+            for call in message.get("tool_calls") or ()}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_call_comes_back_as_the_tools_item(server, name):
+    case = CASES[name]
+    TypeAdapter(ToolParam).validate_python(case.tool)
+    server.upstream.push(*[tool_call_exchange(case.function, case.arguments, call_id="call_7")] * 2)  # type: ignore[arg-type]
+    events = stream(server, {"input": "Go on.", "tools": [case.tool]})
+    response = check_stream(events)
+    [item] = response["output"]
+    assert {
+        key: value for key, value in item.items() if key not in ("id", "call_id", "status")
+    } == case.expected
+    assert item["call_id"] == "call_7" and item["status"] == "completed"
+    assert [e["type"] for e in events[2:]] == ["response.output_item.added", "response.output_item.done",
+                                               "response.completed"]  # fmt: skip
+    assert events[2]["item"] == {**item, "status": "in_progress"}
+    assert response["tools"] == [case.tool]
+    function = offered(server.upstream.requests[0])[case.function]
+    assert function["description"] and function["parameters"]["type"] == "object"
+
+    folded = respond(server, {"input": "Go on.", "tools": [case.tool]})
+    assert strip_ids(folded["output"]) == strip_ids(response["output"])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_replayed_output_reaches_the_model(server, name):
+    """In a replayed history, and after `previous_response_id`."""
+    case = CASES[name]
+    server.upstream.push(tool_call_exchange(case.function, case.arguments, call_id="call_7"))
+    first = respond(server, {"input": "Go on.", "tools": [case.tool]})
+    [call] = first["output"]
+    output = case.output if "id" in case.output else {**case.output, "call_id": "call_7"}
+    TypeAdapter(ResponseInputItemParam).validate_python(output)
+    replayed_arguments = case.replayed or case.arguments
+
+    server.upstream.push(text_exchange("Done."), text_exchange("Done."))
+    history = [{"role": "user", "content": "Go on."}, call, output]
+    answer = respond(server, {"input": history, "tools": [case.tool], "store": False})
+    chained = respond(
+        server, {"input": [output], "tools": [case.tool], "previous_response_id": first["id"]}
+    )
+    assert answer["output_text"] == chained["output_text"] == "Done."
+    for request in server.upstream.requests[1:]:
+        assert called(request) == {"call_7": (case.function, replayed_arguments)}
+        assert case.read in tool_messages(request)["call_7"]
+    # Listed, newest first, each in its listed type.
+    items = httpx.get(
+        f"{server.base_url}/responses/{chained['id']}/input_items", timeout=30
+    ).json()["data"]
+    assert [item["type"] for item in items] == [output["type"], call["type"], "message"]
+    for item in items:
+        TypeAdapter(ResponseItem).validate_python(item, strict=True)
+
+
+def test_the_same_replay_without_the_tool_declared(server):
+    """A thread whose tools changed: the call keeps its usual function name."""
+    call = {
+        "type": "shell_call",
+        "call_id": "c1",
+        "action": {"commands": ["pwd"]},
+        "status": "completed",
+    }
+    output = {"type": "shell_call_output", "call_id": "c1", "output": [
+        {"stdout": "/home/me\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}  # fmt: skip
+    for item in (call, output):
+        TypeAdapter(ResponseInputItemParam).validate_python(item)
+    server.upstream.push(text_exchange("You are in /home/me."))
+    respond(
+        server,
+        {"input": [{"role": "user", "content": "Where am I?"}, call, output], "store": False},
+    )
+    [request] = server.upstream.requests
+    assert called(request) == {"c1": ("shell", {"commands": ["pwd"]})}
+    assert tool_messages(request)["c1"] == "Command 1:\n[stdout]\n/home/me\n[exit code 0]"
+    assert "tools" not in request or not request["tools"]
+
+
+def test_a_screenshot_reaches_a_text_only_model_as_a_note(upstream, database_url):
+    """The screenshot of a computer call output goes through the attachments stage: a model that
+    reads text only gets the note in its place, never an error."""
+    from responsekit.orchestration.attachments import TEXT_ONLY
+
+    upstream.responder = lambda body: text_exchange("I clicked.")
+    call = {"type": "computer_call", "id": "cu_1", "call_id": "c1", "pending_safety_checks": [], "status": "completed",
+            "action": {"type": "screenshot"}}  # fmt: skip
+    output = {"type": "computer_call_output", "call_id": "c1",
+              "output": {"type": "computer_screenshot", "image_url": PNG}}  # fmt: skip
+    with gateway(upstream, database_url, vision=False) as server:
+        respond(
+            server,
+            {"input": [{"role": "user", "content": "Look."}, call, output], "tools": [COMPUTER]},
+        )
+    with gateway(upstream, database_url, vision=True) as server:
+        respond(
+            server,
+            {"input": [{"role": "user", "content": "Look."}, call, output], "tools": [COMPUTER]},
+        )
+    text_only, vision = upstream.requests
+    texts = json.dumps(text_only["messages"])
+    assert TEXT_ONLY.replace('"', '\\"') in texts and "image_url" not in texts
+    [shown] = [part for message in vision["messages"] if isinstance(message["content"], list)
+               for part in message["content"] if part.get("type") == "image_url"]  # fmt: skip
+    assert shown["image_url"]["url"] == PNG
+
+
+@pytest.mark.parametrize(("tool", "function", "arguments", "expected"), [
+    (LOCAL_SHELL, "local_shell", {"command": "ls -la | wc -l"}, {"command": ["bash", "-lc", "ls -la | wc -l"]}),
+    (LOCAL_SHELL, "local_shell", "grep -r TODO .", {"command": ["bash", "-lc", "grep -r TODO ."]}),
+    (SHELL, "shell", {"commands": "git status"}, {"commands": ["git status"]}),
+    (SHELL, "shell", {"command": ["git", "log", "-n", "1"]}, {"commands": ["git log -n 1"]}),
+    (APPLY_PATCH, "apply_patch", {"type": "create", "path": "a.txt", "diff": "one\ntwo"},
+     {"type": "create_file", "path": "a.txt", "diff": "+one\n+two\n"}),
+    (APPLY_PATCH, "apply_patch", {"operation": {"type": "delete_file", "path": "a.txt"}},
+     {"type": "delete_file", "path": "a.txt"}),
+    (APPLY_PATCH, "apply_patch", {"patch": "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+uno\n*** End Patch"},
+     {"type": "update_file", "path": "a.txt", "diff": "@@\n-one\n+uno\n"}),
+    (COMPUTER, "computer", {"action": {"type": "scroll", "x": 5, "y": 6, "scroll_y": 300}},
+     {"type": "scroll", "x": 5, "y": 6, "scroll_x": 0, "scroll_y": 300}),
+    (COMPUTER, "computer", {"action": "drag", "path": [[1, 2], {"x": 3, "y": 4}]},
+     {"type": "drag", "path": [{"x": 1, "y": 2}, {"x": 3, "y": 4}]}),
+])  # fmt: skip
+def test_a_small_models_near_miss_is_coerced(server, tool, function, arguments, expected):
+    server.upstream.push(tool_call_exchange(function, arguments) if isinstance(arguments, dict) else
+                         raw_call_exchange(function, arguments))  # fmt: skip
+    [item] = respond(server, {"input": "Go on.", "tools": [tool]})["output"]
+    got = item.get("action") or item.get("operation")
+    assert {key: value for key, value in got.items() if key in expected} == expected
+
+
+@pytest.mark.parametrize(("tool", "function", "arguments"), [
+    (APPLY_PATCH, "apply_patch", {"type": "rename_file", "path": "a.txt"}),
+    (APPLY_PATCH, "apply_patch", {"type": "update_file", "path": "a.txt"}),
+    (COMPUTER, "computer", {"action": "click"}),
+    (SHELL, "shell", {"commands": []}),
+])  # fmt: skip
+def test_a_call_that_makes_no_item_fails_the_response(server, tool, function, arguments):
+    """As a function call whose arguments are not JSON: the client gets no call it cannot act on."""
+    server.upstream.push(tool_call_exchange(function, arguments))
+    events = stream(server, {"input": "Go on.", "tools": [tool]})
+    response = check_stream(events)
+    assert response["status"] == "failed" and response["output"] == []
+    assert f"The model called the `{tool['type']}` tool" in response["error"]["message"]
+
+
+def test_tool_choice_forces_the_tool(server):
+    server.upstream.push(*[tool_call_exchange("shell", {"commands": ["ls"]})] * 3)
+    for choice in (
+        {"type": "shell"},
+        {"type": "allowed_tools", "mode": "required", "tools": [{"type": "shell"}]},
+    ):
+        respond(server, {"input": "Go.", "tools": [SHELL, APPLY_PATCH], "tool_choice": choice})
+    forced, allowed = server.upstream.requests
+    assert forced["tool_choice"] == {"type": "function", "function": {"name": "shell"}}
+    assert set(offered(allowed)) == {"shell"} and allowed["tool_choice"] == "required"
+    computer = respond(
+        server,
+        {"input": "Go.", "tools": [COMPUTER], "tool_choice": {"type": "computer_use_preview"}},
+    )
+    assert server.upstream.requests[-1]["tool_choice"] == {
+        "type": "function",
+        "function": {"name": "computer"},
+    }
+    assert computer["tool_choice"] == {"type": "computer_use_preview"}
+
+
+def raw_call_exchange(name: str, text: str) -> dict[str, Any]:
+    """A call whose arguments are raw text, not JSON (as a small model writes them)."""
+    exchange = tool_call_exchange(name, {})
+    for chunk in exchange["chunks"]:
+        choices = chunk["data"].get("choices") if isinstance(chunk["data"], dict) else None
+        for call in (choices[0]["delta"].get("tool_calls") or ()) if choices else ():
+            call["function"]["arguments"] = text if "id" not in call else ""
+    return exchange
