@@ -11,6 +11,7 @@ from starlette.types import ASGIApp
 
 from . import __version__
 from .api import admin as admin_api
+from .api import containers as containers_api
 from .api import conversations, front, models, reference
 from .api import files as files_api
 from .api import metrics as metrics_api
@@ -28,6 +29,7 @@ from .api.ui import playground
 from .api.ui import routes as ui
 from .backends.router import ModelRouter
 from .config import Settings
+from .containers.service import Containers
 from .files.service import VectorStores
 from .operations import logs, tracing
 from .operations.metrics import Metrics, PoolMembers, ScrapeTime
@@ -85,6 +87,8 @@ def create_app(settings: Settings) -> FastAPI:
             metrics.registry.register(ScrapeTime(runs.states, app.state.vector_stores.ingestor.queue))
             metrics.registry.register(PoolMembers(router.members))
         await app.state.vector_stores.start()
+        app.state.containers = await Containers.open(settings, store.database, app.state.vector_stores)
+        await app.state.containers.start()
         sealer = Sealer.from_settings(settings.data_dir, settings.sealing_keys)
         urls = UrlPolicy(settings.allowed_hosts)
         web, app.state.web_search_off = web_search_from(
@@ -119,6 +123,7 @@ def create_app(settings: Settings) -> FastAPI:
             if web is not None:
                 await web.aclose()
             await router.aclose()
+            await app.state.containers.close()
             await app.state.vector_stores.close()
             await limiter.stop()
             await usage.stop()
@@ -143,7 +148,7 @@ def create_app(settings: Settings) -> FastAPI:
     # (/v1/messages after the files APIs cost a tenth of a request's CPU). The messages
     # router comes after the models API, whose `/v1/models` answers before its doubled-/v1 one.
     for frontend in (responses.router, websocket.router, conversations.router, chat.router, models.api,
-                     messages.router, files_api.router, vector_stores_api.router):
+                     messages.router, files_api.router, vector_stores_api.router, containers_api.router):
         app.include_router(frontend, prefix="/v1")
         # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
         app.include_router(frontend, include_in_schema=False)

@@ -187,6 +187,33 @@ MIGRATIONS: list[list[Statement]] = [
         "ALTER TABLE response_items ADD COLUMN model_read TEXT",
         "ALTER TABLE conversation_items ADD COLUMN model_read TEXT",
     ],
+    [  # 12: containers (`containers/service.py`): the key that owns each, its limits, network policy
+        # (JSON, domain secrets included), expiry and status, and its files' records; the runtime that
+        # runs them keeps only the workspaces
+        """CREATE TABLE containers (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            name TEXT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            last_active_at BIGINT NOT NULL,
+            expires_minutes INTEGER NOT NULL,
+            memory_limit TEXT NOT NULL,
+            network_policy TEXT NOT NULL,
+            status TEXT NOT NULL
+        )""",
+        "CREATE INDEX containers_by_owner ON containers (owner, created_ms, id)",
+        "CREATE INDEX containers_by_status ON containers (status, last_active_at)",
+        """CREATE TABLE container_files (
+            id TEXT PRIMARY KEY,
+            container_id TEXT NOT NULL REFERENCES containers (id) ON DELETE CASCADE,
+            path TEXT NOT NULL,
+            bytes BIGINT NOT NULL,
+            source TEXT NOT NULL,
+            created_ms BIGINT NOT NULL
+        )""",
+        "CREATE UNIQUE INDEX container_files_by_path ON container_files (container_id, path)",
+        "CREATE INDEX container_files_by_time ON container_files (container_id, created_ms, id)",
+    ],
 ]
 
 
