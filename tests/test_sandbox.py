@@ -5,6 +5,7 @@ the other containers go on."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import itertools
 import os
 import resource
@@ -12,12 +13,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from responsekit.containers.bubblewrap import Bubblewrap, bubblewrap_runtime
 from responsekit.containers.runtime import (
     BadPath,
+    DomainSecret,
     Limits,
     Network,
     SandboxUnavailable,
@@ -356,3 +359,109 @@ def test_removing_a_container_stops_its_kernel(runtime: Bubblewrap) -> None:
         assert not any(folder.exists() for folder in group.folders)
 
     asyncio.run(go())
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """Answers with the path and records each request's headers."""
+
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_GET(self) -> None:
+        _Echo.seen.append(dict(self.headers))
+        body = f"hello {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+FETCH = """
+import os, socket, sys, urllib.error, urllib.request
+port = int(sys.argv[1])
+# The test's server is on the host's localhost, which the sandbox's NO_PROXY keeps local.
+del os.environ["no_proxy"], os.environ["NO_PROXY"]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": os.environ["HTTP_PROXY"]}))
+print(opener.open(f"http://localhost:{port}/plain").read().decode())
+try:
+    opener.open("http://example.org/")
+except urllib.error.HTTPError as error:
+    print(error.code, error.read().decode().strip())
+tunnel = socket.create_connection(("127.0.0.1", 3128))
+tunnel.sendall(f"CONNECT localhost:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+print(tunnel.recv(100).decode().splitlines()[0])
+tunnel.sendall(b"GET /tunnel HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n")
+print(tunnel.makefile("rb").read().decode().split("\\r\\n\\r\\n")[1])
+print("secret" in repr(dict(os.environ)))
+"""
+
+
+def test_an_allowlist_goes_through_the_host_proxy_which_adds_the_secrets(
+    tmp_path: Path,
+) -> None:
+    runtime = bubblewrap_runtime(tmp_path / "containers", private_networks=True)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    name = f"cntr_net{os.getpid()}"
+    network = Network(
+        allowed_domains=("*.example.com", "localhost"),
+        secrets=(DomainSecret("localhost", "Authorization", "Bearer sk-secret"),),
+    )
+    _Echo.seen.clear()
+
+    async def go() -> None:
+        await runtime.start(name, Limits(), network)
+        await runtime.put_file(name, "fetch.py", FETCH.encode())
+        done = await runtime.run(name, f"python3 fetch.py {port}")
+        assert done.exit_code == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            "hello /plain",
+            "403 example.org is not in the container's allowed domains",
+            "HTTP/1.1 200 Connection established",
+            "hello /tunnel",
+            "False",
+        ]
+        # The secret was added on the host, to the plain-HTTP request only (a tunnel is opaque).
+        assert [h.get("Authorization") for h in _Echo.seen] == ["Bearer sk-secret", None]
+        # The kernel's sandbox has the proxy too.
+        ran = await runtime.run_code(
+            name,
+            "import urllib.request, os\n"
+            "del os.environ['no_proxy'], os.environ['NO_PROXY']\n"
+            "p = urllib.request.ProxyHandler({'http': os.environ['HTTP_PROXY']})\n"
+            f"urllib.request.build_opener(p).open('http://localhost:{port}/kernel').read()",
+        )
+        assert ran.logs == "b'hello /kernel'\n", ran.logs
+
+    try:
+        asyncio.run(go())
+    finally:
+        asyncio.run(runtime.remove(name))
+        server.shutdown()
+
+
+def test_an_allowed_name_on_a_private_address_is_refused(runtime: Bubblewrap) -> None:
+    name = f"cntr_priv{os.getpid()}"
+    fetch = (
+        "import os, urllib.request, urllib.error\n"
+        "del os.environ['no_proxy'], os.environ['NO_PROXY']\n"
+        "p = urllib.request.ProxyHandler({'http': os.environ['HTTP_PROXY']})\n"
+        "try:\n"
+        "    urllib.request.build_opener(p).open('http://localhost:1/')\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print(e.code, e.read().decode().strip())\n"
+    )
+
+    async def go() -> None:
+        await runtime.start(name, Limits(), Network(allowed_domains=("localhost",)))
+        await runtime.put_file(name, "fetch.py", fetch.encode())
+        done = await runtime.run(name, "python3 fetch.py")
+        assert done.stdout == "403 localhost resolves to no public address\n", done
+
+    try:
+        asyncio.run(go())
+    finally:
+        asyncio.run(runtime.remove(name))

@@ -34,6 +34,7 @@ from pathlib import Path
 from . import cgroups, workspace
 from .kernel import Kernel, KernelGone
 from .kernel import start as start_kernel
+from .proxy import Policy, Proxy
 from .runtime import (
     WORKSPACE,
     BadPath,
@@ -100,6 +101,13 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 KERNEL_PATH = "/opt/responsekit/kernel.py"
 """Where kernel_server.py is, read-only, inside the sandbox."""
 
+PROXY_FOLDER = "/run/responsekit"
+PROXY_PORT = 3128
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+FORWARD_PATH = "/opt/responsekit/forward.py"
+"""With an allowlist: the folder the proxy's socket is bound at, the port it is forwarded to inside,
+the variables that name it, and the forwarder (forward.py)."""
+
 TMP_BYTES = 256 << 20
 """The private /tmp's size (a tmpfs counts against the container's memory too)."""
 
@@ -156,7 +164,7 @@ def _probe(bwrap: str, python: str) -> str | None:
         os.chmod(folder, 0o711)
         (Path(folder) / "data").mkdir()
         os.chown(Path(folder) / "data", UID_BASE, UID_BASE)
-        argv, fds = _argv(bwrap, bpf, Network(), [python, "-c", "print('ok')"])
+        argv, fds = _argv(bwrap, bpf, [python, "-c", "print('ok')"])
         try:
             done = subprocess.run(
                 argv,
@@ -178,7 +186,11 @@ def _probe(bwrap: str, python: str) -> str | None:
 
 
 def bubblewrap_runtime(
-    root: Path, limits: Limits | None = None, *, bwrap: str | None = None
+    root: Path,
+    limits: Limits | None = None,
+    *,
+    bwrap: str | None = None,
+    private_networks: bool = False,
 ) -> Bubblewrap:
     """The embedded runtime with its workspaces under `root`, or `SandboxUnavailable` saying why
     this machine cannot run one (never a runtime that would run code unsandboxed)."""
@@ -186,7 +198,7 @@ def bubblewrap_runtime(
     reason = _probe(path, PYTHON)
     if reason is not None:
         raise SandboxUnavailable(reason)
-    return Bubblewrap(root, limits or Limits(), bwrap=path)
+    return Bubblewrap(root, limits or Limits(), bwrap=path, private_networks=private_networks)
 
 
 # --- one sandboxed process ------------------------------------------------------------------
@@ -202,7 +214,6 @@ def _memfd(name: str, data: bytes) -> int:
 def _argv(
     bwrap: str,
     bpf: bytes,
-    network: Network,
     command: Sequence[str],
     *,
     files: Sequence[tuple[str, bytes]] = (),
@@ -243,7 +254,6 @@ def _argv(
     for key, value in (env or SANDBOX_ENV).items():
         argv += ["--setenv", key, value]
     argv += ["--seccomp", fd_of(_memfd("seccomp", bpf), "seccomp"), "--", *command]
-    del network  # the allowlist's proxy is bound in by the caller (see `Bubblewrap._binds`)
     return argv, fds
 
 
@@ -308,6 +318,7 @@ class _Container:
     kernel_lock: threading.Lock = field(default_factory=threading.Lock)
     kernel_lost: bool = False
     """A kernel ran before and died (or was stopped): the next one says its variables are gone."""
+    proxy: Proxy | None = None
 
     @property
     def data(self) -> Path:
@@ -319,12 +330,22 @@ class Bubblewrap:
 
     name = "bubblewrap"
 
-    def __init__(self, root: Path, limits: Limits | None = None, *, bwrap: str = "/usr/bin/bwrap",
-                 python: str = PYTHON) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root: Path,
+        limits: Limits | None = None,
+        *,
+        bwrap: str = "/usr/bin/bwrap",
+        python: str = PYTHON,
+        private_networks: bool = False,
+    ) -> None:
+        """`private_networks`: an allowlist may reach names that resolve to loopback or private
+        addresses (an intranet the operator trusts); off, only public addresses (proxy.py)."""
         self.root = root
         self.limits = limits or Limits()
         self.bwrap = bwrap
         self.python = python
+        self.private_networks = private_networks
         self._containers: dict[str, _Container] = {}
         self._layout: cgroups.Layout | None = None
 
@@ -364,6 +385,24 @@ class Bubblewrap:
         if found is not None and (found.limits, found.network) == (limits, network):
             return found
         container = _Container(container_id, folder, uid, limits, network, group)
+        if found is not None:
+            container.kernel, container.proxy = found.kernel, found.proxy
+            if found.network != network and found.kernel is not None:
+                # The kernel's sandbox was made for the old network: the next call starts anew.
+                found.kernel.kill()
+                container.kernel, container.kernel_lost = None, True
+        policy = Policy(network, self.private_networks)
+        if network.allowed_domains is None:
+            if container.proxy is not None:
+                container.proxy.close()
+                container.proxy = None
+        elif container.proxy is not None:
+            container.proxy.policy = policy
+        else:
+            run = folder / "run"
+            run.mkdir(exist_ok=True)
+            run.chmod(0o755)
+            container.proxy = Proxy(run / "proxy.sock", policy)
         self._containers[container_id] = container
         return container
 
@@ -383,6 +422,8 @@ class Bubblewrap:
         container = self._containers.pop(container_id, None)
         if container is not None and container.kernel is not None:
             container.kernel.kill()
+        if container is not None and container.proxy is not None:
+            container.proxy.close()
         layout = self._layout or cgroups.layout()
         if layout is not None:
             cgroups.Group(layout, container_id).remove()
@@ -418,10 +459,35 @@ class Bubblewrap:
 
     # --- commands
 
-    def _spawn_args(self, container: _Container, command: Sequence[str], *, cpu: bool = True,
-                    files: Sequence[tuple[str, bytes]] = ()) -> tuple[list[str], list[tuple[int, str]], Callable[[], None]]:  # fmt: skip
+    def _spawn_args(
+        self,
+        container: _Container,
+        command: Sequence[str],
+        *,
+        cpu: bool = True,
+        files: Sequence[tuple[str, bytes]] = (),
+    ) -> tuple[list[str], list[tuple[int, str]], Callable[[], None]]:
         bpf = _filter(self.python)
-        argv, fds = _argv(self.bwrap, bpf, container.network, command, files=files)
+        binds: list[tuple[str, str]] = []
+        env = SANDBOX_ENV
+        if container.network.allowed_domains is not None:
+            # The proxy's socket comes in read-only (connecting needs no write to the mount), and
+            # a forwarder makes it 127.0.0.1:PROXY_PORT before the command starts.
+            binds.append(("run", PROXY_FOLDER))
+            files = [*files, (FORWARD_PATH, Path(__file__).with_name("forward.py").read_bytes())]
+            socket_path = f"{PROXY_FOLDER}/proxy.sock"
+            command = [
+                self.python,
+                "-I",
+                FORWARD_PATH,
+                socket_path,
+                str(PROXY_PORT),
+                "--",
+                *command,
+            ]
+            url = f"http://127.0.0.1:{PROXY_PORT}"
+            env = {**SANDBOX_ENV, **{name: url for name in PROXY_VARIABLES}, "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1"}  # fmt: skip
+        argv, fds = _argv(self.bwrap, bpf, command, files=files, binds=binds, env=env)
         setup = functools.partial(
             _drop,
             container.group.procs_files(),
