@@ -15,6 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
+from anthropic.types.beta import (
+    BetaMessage,
+    BetaMessageParam,
+    BetaRawMessageStreamEvent,
+    BetaToolUnionParam,
+)
 from openai.types.responses import ResponseInputItemParam, ResponseItem, ToolParam
 from pydantic import TypeAdapter
 
@@ -27,6 +33,11 @@ from .harness import (
     tool_call_exchange,
 )
 from .test_attachments import PNG, gateway
+from .test_messages import create as create_message
+from .test_messages import fold, without_signatures
+from .test_messages import stream as messages_stream
+
+BETA_EVENT = TypeAdapter(BetaRawMessageStreamEvent)
 
 SHELL = {"type": "shell", "environment": {"type": "local"}}
 LOCAL_SHELL = {"type": "local_shell"}
@@ -325,3 +336,116 @@ def raw_call_exchange(name: str, text: str) -> dict[str, Any]:
         for call in (choices[0]["delta"].get("tool_calls") or ()) if choices else ():
             call["function"]["arguments"] = text if "id" not in call else ""
     return exchange
+
+
+# --- the Messages API: Anthropic-defined client tools --------------------------------------------
+
+ANTHROPIC_CASES = [
+    ({"type": "bash_20250124", "name": "bash"}, {"command": "ls -la"}, "total 0"),
+    ({"type": "bash_20241022", "name": "bash"}, {"restart": True}, "tool ran without output"),
+    ({"type": "text_editor_20250728", "name": "str_replace_based_edit_tool", "max_characters": 10000},
+     {"command": "str_replace", "path": "/repo/a.py", "old_str": "x = 1", "new_str": "x = 2"},
+     "Successfully replaced text at exactly one location."),
+    ({"type": "text_editor_20250429", "name": "str_replace_based_edit_tool"},
+     {"command": "view", "path": "/repo/a.py", "view_range": [1, 5]}, "1: x = 2"),
+    ({"type": "text_editor_20250124", "name": "str_replace_editor"},
+     {"command": "undo_edit", "path": "/repo/a.py"}, "Last edit undone."),
+    ({"type": "text_editor_20241022", "name": "str_replace_editor"},
+     {"command": "insert", "path": "/repo/a.py", "insert_line": 0, "new_str": "import os\n"}, "Inserted."),
+    ({"type": "computer_20250124", "name": "computer", "display_width_px": 1280, "display_height_px": 800,
+      "display_number": 1}, {"action": "left_click", "coordinate": [640, 400]}, None),
+    ({"type": "computer_20241022", "name": "computer", "display_width_px": 1024, "display_height_px": 768},
+     {"action": "screenshot"}, None),
+    ({"type": "computer_20251124", "name": "computer", "display_width_px": 1280, "display_height_px": 800,
+      "enable_zoom": True}, {"action": "zoom", "region": [0, 0, 640, 400]}, None),
+    ({"type": "memory_20250818", "name": "memory"}, {"command": "view", "path": "/memories"},
+     "Directory: /memories\n- notes.md"),
+]  # fmt: skip
+"""Tool, the input the model calls it with, and the text of its replayed result (None: a screenshot)."""
+
+
+def messages_body(
+    tool: dict[str, Any], messages: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {"model": "test-model", "max_tokens": 1000, "tools": [tool],
+            "messages": messages or [{"role": "user", "content": "Go on."}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "result"), ANTHROPIC_CASES, ids=[c[0]["type"] for c in ANTHROPIC_CASES]
+)
+def test_an_anthropic_tool_call_is_its_tool_use_block(server, tool, arguments, result):
+    TypeAdapter(BetaToolUnionParam).validate_python(tool)
+    server.upstream.push(*[tool_call_exchange(tool["name"], arguments, call_id="toolu_7")] * 2)
+    events = messages_stream(server.url, messages_body(tool), adapter=BETA_EVENT)
+    answer = create_message(server.url, messages_body(tool))
+    assert answer.status_code == 200, answer.text
+    message = BetaMessage.model_validate(answer.json(), strict=True)
+    assert without_signatures(answer.json()) == without_signatures(fold(events))
+    [block] = [block for block in message.content if block.type == "tool_use"]
+    assert (block.id, block.name, block.input) == ("toolu_7", tool["name"], arguments)
+    assert message.stop_reason == "tool_use"
+    [function] = [t["function"] for t in server.upstream.requests[0]["tools"]]
+    assert function["name"] == tool["name"] and function["description"]
+    properties = function["parameters"]["properties"]
+    assert set(arguments) <= set(properties), "the model is offered every argument it used"
+    commands = properties.get("command", {}).get("enum", [])
+    assert ("undo_edit" in commands) == (
+        tool["type"] in ("text_editor_20250124", "text_editor_20241022")
+    )
+    if tool["type"].startswith("computer_"):
+        assert (
+            f"{tool['display_width_px']}x{tool['display_height_px']} pixels"
+            in function["description"]
+        )
+        assert ("zoom" in properties["action"]["enum"]) == (tool["type"] == "computer_20251124")
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "result"), ANTHROPIC_CASES, ids=[c[0]["type"] for c in ANTHROPIC_CASES]
+)
+def test_an_anthropic_tool_result_reaches_the_model(server, tool, arguments, result):
+    content: Any = (
+        result
+        if result is not None
+        else [
+            {
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": "image/png",
+                    "data": PNG.split(",", 1)[1],
+                },
+            }
+        ]
+    )
+    messages = [{"role": "user", "content": "Go on."},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_7", "name": tool["name"],
+                                                   "input": arguments}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_7", "content": content}]}]  # fmt: skip
+    for message in messages:
+        TypeAdapter(BetaMessageParam).validate_python(message)
+    server.upstream.push(text_exchange("Done."))
+    answer = create_message(server.url, messages_body(tool, messages))
+    assert answer.status_code == 200, answer.text
+    BetaMessage.model_validate(answer.json(), strict=True)
+    [request] = server.upstream.requests
+    assert called(request) == {"toolu_7": (tool["name"], arguments)}
+    if result is not None:
+        assert tool_messages(request)["toolu_7"] == result
+    else:  # the image follows the tool message, for the model to see
+        [image] = [part for message in request["messages"] if isinstance(message["content"], list)
+                   for part in message["content"] if part.get("type") == "image_url"]  # fmt: skip
+        assert image["image_url"]["url"] == PNG
+
+
+def test_a_computer_tool_without_its_display_is_a_400(server):
+    answer = create_message(
+        server.url, messages_body({"type": "computer_20250124", "name": "computer"})
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {
+        "type": "invalid_request_error",
+        "message": answer.json()["error"]["message"],
+    }
+    assert "display_width_px" in answer.json()["error"]["message"]

@@ -45,6 +45,7 @@ from ...canonical.server_tools import (
 from ...files.extract import ExtractionError, extract_text
 from ...orchestration.context_editing import ContextEdit
 from ...orchestration.sealing import Sealer
+from .client_tools import client_tool, is_client_tool
 from .connector import MAX_MCP_CALLS, mcp_specs
 from .context_management import context_edits
 
@@ -179,8 +180,9 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
                                                         dict[str, Any] | None, ToolSearchMode | None]:  # fmt: skip
     """Client tools as functions, the web search and web fetch server tools when the server runs
     them (docs/web-search.md), and the tool search tool (`tools/tool_search.py`, run over the
-    deferred tools). Other server tools (`code_execution_*`, Anthropic-defined
-    `bash_*`/`text_editor_*`…) have no schema here and nobody to run them: left out with a warning.
+    deferred tools). The Anthropic-defined tools the client runs (`bash_*`, `text_editor_*`,
+    `computer_*`, `memory_*`) are functions with their documented schemas (`client_tools.py`).
+    Other server tools have nobody to run them here: left out with a warning.
     A `defer_loading` tool is deferred: offered once a `tool_reference` names it (Claude Code's
     ToolSearch answers with those; `orchestration/tool_search.py`)."""
     functions = []
@@ -203,6 +205,9 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
             search = "regex" if kind.startswith("tool_search_tool_regex") else "bm25"
             continue
         if tool.get("type") == "mcp_toolset":  # the MCP connector's (connector.py)
+            continue
+        if is_client_tool(tool):  # Anthropic-defined, run by the client: a function (client_tools.py)
+            functions.append(client_tool(tool, f"tools.{position}"))
             continue
         if tool.get("type") not in (None, "custom"):
             log.warning("leaving out server tool %r (%s): this server does not run it", tool.get("name"), tool["type"])
