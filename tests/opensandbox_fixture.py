@@ -215,14 +215,6 @@ class OpenSandboxFixture:
         chosen = items[(page - 1) * page_size : page * page_size]
         return JSONResponse({"items": chosen, "pagination": pagination})
 
-    async def get(self, request: Request) -> Response:
-        if denied := self._auth(request):
-            return denied
-        sandbox = self.sandboxes.get(request.path_params["sandbox_id"])
-        if sandbox is None:
-            return _error(404, "SANDBOX_NOT_FOUND", "sandbox not found")
-        return JSONResponse(sandbox.info())
-
     async def delete(self, request: Request) -> Response:
         if denied := self._auth(request):
             return denied
@@ -351,17 +343,6 @@ class OpenSandboxFixture:
             pid = json.loads(await process.stdout.readline())["pid"]
             kernel = sandbox.kernels[session] = Kernel(process, pid)
         return kernel
-
-    async def create_context(self, request: Request) -> Response:
-        sandbox = self._sandbox(request)
-        if sandbox is None:
-            return Response(status_code=502)
-        body = await request.json()
-        if body.get("language", "python") != "python":
-            return _error(400, "INVALID_REQUEST_BODY", "only python contexts here")
-        session = uuid.uuid4().hex
-        await self._kernel(sandbox, session)
-        return JSONResponse({"id": session, "language": "python"})
 
     async def run_code(self, request: Request) -> Response:
         sandbox = self._sandbox(request)
@@ -503,7 +484,6 @@ class OpenSandboxFixture:
             Route("/ping", self.ping),
             Route("/command", self.command, methods=["POST"]),
             Route("/command", self.interrupt_command, methods=["DELETE"]),
-            Route("/code/context", self.create_context, methods=["POST"]),
             Route("/code", self.run_code, methods=["POST"]),
             Route("/code", self.interrupt_code, methods=["DELETE"]),
             Route("/files/upload", self.upload, methods=["POST"]),
@@ -524,7 +504,6 @@ class OpenSandboxFixture:
             routes=[
                 Route("/v1/sandboxes", self.create, methods=["POST"]),
                 Route("/v1/sandboxes", self.list),
-                Route("/v1/sandboxes/{sandbox_id}", self.get),
                 Route("/v1/sandboxes/{sandbox_id}", self.delete, methods=["DELETE"]),
                 Route("/v1/sandboxes/{sandbox_id}/endpoints/{port:int}", self.endpoint),
                 Mount(f"/gateway/{{sandbox_id}}/{EXECD_PORT}", routes=execd),

@@ -178,6 +178,24 @@ def test_code_keeps_state_and_stops_at_the_limit(service: OpenSandboxFixture) ->
     scenario(service.url, again)
 
 
+def test_a_sandbox_another_replica_removed_is_found_gone(service: OpenSandboxFixture) -> None:
+    async def body(runtime: OpenSandbox) -> None:
+        await runtime.start("cntr_gone", Limits(), Network())
+        assert (await runtime.run("cntr_gone", "echo here")).stdout == "here\n"
+        other = OpenSandbox(service.url, KEY)
+        try:
+            await other.remove("cntr_gone")
+        finally:
+            await other.close()
+        with pytest.raises(SandboxUnavailable, match="running a command failed"):
+            await runtime.run("cntr_gone", "echo here")
+        # The stale sandbox was let go: the next call looks the container up again.
+        with pytest.raises(SandboxUnavailable, match="has no sandbox"):
+            await runtime.run("cntr_gone", "echo here")
+
+    scenario(service.url, body)
+
+
 def test_bad_paths_are_refused_before_anything_is_sent(service: OpenSandboxFixture) -> None:
     async def body(runtime: OpenSandbox) -> None:
         for path in (

@@ -166,16 +166,29 @@ class OpenSandbox:
 
     # --- finding a container's sandbox -----------------------------------------------------
 
-    async def _call(self, what: str, call: Any) -> Any:
-        """Await an SDK call; the service unreachable or failing is `SandboxUnavailable`."""
+    async def _call(self, what: str, call: Any, forget: str | None = None) -> Any:
+        """Await an SDK call; the service unreachable or failing is `SandboxUnavailable`. A failure
+        about container `forget` drops the sandbox this process knew it by, to be found again (or
+        not: another replica may have removed it) by the next call."""
         from opensandbox.exceptions import SandboxException
 
         try:
             return await call
         except SandboxException as error:
+            if forget is not None:
+                await self._forget(forget)
             raise SandboxUnavailable(
                 f"OpenSandbox at {self.config.get_domain()}: {what} failed: {error}"
             ) from error
+
+    async def _forget(self, container_id: str) -> None:
+        """Let go of the sandbox this process knew a container by (its clients closed)."""
+        attached = self._attached.pop(container_id, None)
+        if attached is not None:
+            if attached.codes is not None:
+                with contextlib.suppress(Exception):
+                    await attached.codes.aclose()  # type: ignore[attr-defined]
+            await attached.sandbox.close()
 
     async def _manager_(self) -> SandboxManager:
         if self._manager is None:
@@ -223,6 +236,8 @@ class OpenSandbox:
             cpu_seconds=int(metadata.get(_CPU_KEY, defaults.cpu_seconds)),
             disk_bytes=int(metadata.get(_DISK_KEY, defaults.disk_bytes)),
         )
+        if container_id in self._attached:  # another call attached it meanwhile
+            await sandbox.close()
         return self._attached.setdefault(container_id, attached)
 
     async def _require(self, container_id: str) -> _Attached:
@@ -276,15 +291,11 @@ class OpenSandbox:
         await self._call(
             "making the workspace",
             sandbox.files.create_directories([WriteEntry(path=WORKSPACE, mode=755)]),
+            forget=container_id,
         )
 
     async def remove(self, container_id: str) -> None:
-        attached = self._attached.pop(container_id, None)
-        if attached is not None:
-            if attached.codes is not None:
-                with contextlib.suppress(Exception):
-                    await attached.codes.aclose()  # type: ignore[attr-defined]
-            await attached.sandbox.close()
+        await self._forget(container_id)
         manager = await self._manager_()
         for sandbox_id, _ in await self._sandbox_ids(container_id):
             await self._call(f"deleting sandbox {sandbox_id}", manager.kill_sandbox(sandbox_id))
@@ -305,9 +316,10 @@ class OpenSandbox:
         await self._call(
             f"writing {target}",
             attached.sandbox.files.write_files([WriteEntry(path=target, data=data, mode=644)]),
+            forget=container_id,
         )
 
-    async def _kind(self, attached: _Attached, target: str) -> str | None:
+    async def _kind(self, container_id: str, attached: _Attached, target: str) -> str | None:
         """What `target` is in the sandbox (`file`, `directory`, `symlink`…), None when missing."""
         from opensandbox.exceptions import SandboxApiException
 
@@ -316,6 +328,7 @@ class OpenSandbox:
         except SandboxApiException as error:
             if error.status_code == 404:
                 return None
+            await self._forget(container_id)
             raise SandboxUnavailable(f"OpenSandbox: reading {target} failed: {error}") from error
         info = found.get(target)
         return (info.entry_type or "file") if info else None
@@ -323,12 +336,14 @@ class OpenSandbox:
     async def get_file(self, container_id: str, path: str) -> bytes | None:
         target = remote_path(path)
         attached = await self._require(container_id)
-        kind = await self._kind(attached, target)
+        kind = await self._kind(container_id, attached, target)
         if kind == "symlink":
             raise BadPath(f"{path!r} is a symbolic link")
         if kind != "file":
             return None
-        return await self._call(f"reading {target}", attached.sandbox.files.read_bytes(target))
+        return await self._call(
+            f"reading {target}", attached.sandbox.files.read_bytes(target), forget=container_id
+        )
 
     async def list_files(self, container_id: str) -> list[Entry]:
         from opensandbox.models.filesystem import DirectoryListEntry
@@ -337,15 +352,18 @@ class OpenSandbox:
         entries = await self._call(
             "listing the workspace",
             attached.sandbox.files.list_directory(DirectoryListEntry(path=WORKSPACE, depth=64)),
+            forget=container_id,
         )
         return [Entry(entry.path, entry.size) for entry in entries if entry.entry_type == "file"]
 
     async def delete_file(self, container_id: str, path: str) -> bool:
         target = remote_path(path)
         attached = await self._require(container_id)
-        if await self._kind(attached, target) not in ("file", "symlink"):
+        if await self._kind(container_id, attached, target) not in ("file", "symlink"):
             return False
-        await self._call(f"deleting {target}", attached.sandbox.files.delete_files([target]))
+        await self._call(
+            f"deleting {target}", attached.sandbox.files.delete_files([target]), forget=container_id
+        )
         return True
 
     async def run(self, container_id: str, command: str, *, timeout: float | None = None,
@@ -385,7 +403,7 @@ class OpenSandbox:
                 with contextlib.suppress(Exception):
                     await attached.sandbox.commands.interrupt(execution_id[0])
             return Completed(stdout.text(), stderr.text(), None, timed_out=True)
-        execution = await self._call("running a command", task)
+        execution = await self._call("running a command", task, forget=container_id)
         exit_code = execution.exit_code
         if execution.error is not None and exit_code is None:
             stderr.add(f"{execution.error.name}: {execution.error.value}")
@@ -419,7 +437,11 @@ class OpenSandbox:
         attached = await self._require(container_id)
         codes = await self._codes(attached)
         async with attached.kernel:
-            return await self._run_code(codes, attached, code, timeout)
+            try:
+                return await self._run_code(codes, attached, code, timeout)
+            except SandboxUnavailable:
+                await self._forget(container_id)
+                raise
 
     async def _run_code(
         self, codes: Codes, attached: _Attached, code: str, timeout: float | None
@@ -468,12 +490,8 @@ class OpenSandbox:
 
     async def close(self) -> None:
         """Release the HTTP clients (the sandboxes stay: the gateway removes them)."""
-        for attached in self._attached.values():
-            if attached.codes is not None:
-                with contextlib.suppress(Exception):
-                    await attached.codes.aclose()  # type: ignore[attr-defined]
-            await attached.sandbox.close()
-        self._attached.clear()
+        for container_id in list(self._attached):
+            await self._forget(container_id)
         if self._manager is not None:
             await self._manager.close()
             self._manager = None
