@@ -328,7 +328,7 @@ def test_files_a_command_writes_come_back_as_the_assistants(gateway, database_ur
     client.containers.files.create(container.id, file=("input.csv", b"a,b\n1,2\n"))
     commands = [
         "tac input.csv > out.csv && mkdir -p sub && echo hi > sub/note.txt",
-        "rm sub/note.txt",
+        "rm sub/note.txt && ln -s /etc/passwd leak",
     ]
 
     async def run() -> list[Any]:
@@ -356,12 +356,61 @@ def test_files_a_command_writes_come_back_as_the_assistants(gateway, database_ur
     assert after_second == []
     listed = {f.path: f for f in client.containers.files.list(container.id)}
     sources = {path: f.source for path, f in listed.items()}
+    # sub/note.txt was deleted; the symlink `leak` (to /etc/passwd) is no file of the workspace
     assert sources == {"/mnt/data/input.csv": "user", "/mnt/data/out.csv": "assistant"}
     out = listed["/mnt/data/out.csv"]
     found = client.containers.files.retrieve(out.id, container_id=container.id)
     strict(FileRetrieveResponse, found.model_dump(exclude_unset=True))
     content = client.containers.files.content.retrieve(out.id, container_id=container.id)
     assert content.read() == b"1,2\na,b\n"
+    # nor is it written through: an upload at its name is refused
+    through = gateway.raw(
+        "POST", f"/containers/{container.id}/files", files={"file": ("leak", b"x")}
+    )
+    assert through.status_code == 400 and through.json()["error"]["code"] == "invalid_path"
+
+
+def test_files_code_writes_come_back_as_the_assistants(gateway, database_url):
+    """Python run in the container's kernel by the service, as the code interpreter runs it: its
+    variables persist between calls, and the file it writes is listed as the assistant's."""
+    client = gateway.client()
+    container = client.containers.create(name="kernel")
+    client.containers.files.create(container.id, file=("input.csv", b"a,b\n1,2\n"))
+    runtime = bubblewrap_runtime(gateway.settings.data_dir / "containers")
+
+    async def run() -> list[Any]:
+        store = await Store.open(database_url)
+        files = await VectorStores.open(gateway.settings, store.database)
+        containers = Containers(store.database, runtime, files)
+        try:
+            first, written = await containers.run_code(
+                owner(KEYS[0]), container.id,
+                "rows = open('/mnt/data/input.csv').read().splitlines()\n"
+                "open('/mnt/data/out.csv', 'w').write('\\n'.join(reversed(rows)))\nprint(len(rows))",
+            )  # fmt: skip
+            assert not first.error and first.logs.strip() == "2", first.logs
+            second, none = await containers.run_code(owner(KEYS[0]), container.id, "print(rows[0])")
+            assert second.logs.strip() == "a,b" and none == [], "the kernel kept `rows`"
+            with pytest.raises(APIError) as caught:
+                await containers.run_code(owner(KEYS[1]), container.id, "print(1)")
+            assert caught.value.status == 404
+            return written
+        finally:
+            await files.close()
+            await store.close()
+
+    try:
+        written = asyncio.run(run())
+        assert [(f.path, f.source) for f in written] == [("/mnt/data/out.csv", "assistant")]
+        listed = {f.path: f for f in client.containers.files.list(container.id)}
+        assert {p: f.source for p, f in listed.items()} == {
+            "/mnt/data/input.csv": "user", "/mnt/data/out.csv": "assistant"}  # fmt: skip
+        out = listed["/mnt/data/out.csv"]
+        assert out.id == written[0].id
+        content = client.containers.files.content.retrieve(out.id, container_id=container.id)
+        assert content.read() == b"1,2\na,b"
+    finally:
+        asyncio.run(runtime.remove(container.id))  # this process's kernel
 
 
 def test_the_sweep_expires_containers_and_removes_their_workspaces(database_url, tmp_path):
@@ -388,6 +437,12 @@ def test_the_sweep_expires_containers_and_removes_their_workspaces(database_url,
             with pytest.raises(APIError) as caught:
                 await containers.auto("", stale["id"])
             assert caught.value.status == 400 and caught.value.message == "Container is expired."
+            with pytest.raises(APIError) as caught:
+                await containers.run("", stale["id"], "echo late > late.txt")
+            assert caught.value.status == 400 and caught.value.code == "container_expired"
+            with pytest.raises(APIError) as caught:
+                await containers.auto(owner(KEYS[1]), fresh["id"])  # another key's: not found
+            assert caught.value.status == 404
             assert (
                 await containers.auto(
                     "", {"type": "container_reference", "container_id": fresh["id"]}
