@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -270,3 +271,11 @@ def test_the_factory_reads_the_settings(service: OpenSandboxFixture) -> None:
         "mine:1",
         KEY,
     )
+
+
+def test_without_the_extra_the_runtime_says_which_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "opensandbox", None)  # as if not installed: import fails
+    with pytest.raises(SandboxUnavailable, match=r"responsekit\[remote-sandbox\]"):
+        OpenSandbox("http://127.0.0.1:1", KEY)
