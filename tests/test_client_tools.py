@@ -9,18 +9,37 @@ item and message is validated strictly against the `openai` and `anthropic` SDKs
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
+from agents import (
+    Agent,
+    ApplyPatchTool,
+    LocalShellCommandRequest,
+    LocalShellTool,
+    OpenAIResponsesModel,
+    Runner,
+    ShellCallOutcome,
+    ShellCommandOutput,
+    ShellCommandRequest,
+    ShellResult,
+    ShellTool,
+    set_tracing_disabled,
+)
+from agents.apply_diff import apply_diff
+from agents.editor import ApplyPatchOperation, ApplyPatchResult
 from anthropic.types.beta import (
     BetaMessage,
     BetaMessageParam,
     BetaRawMessageStreamEvent,
     BetaToolUnionParam,
 )
+from openai import AsyncOpenAI
 from openai.types.responses import ResponseInputItemParam, ResponseItem, ToolParam
 from pydantic import TypeAdapter
 
@@ -449,3 +468,113 @@ def test_a_computer_tool_without_its_display_is_a_400(server):
         "message": answer.json()["error"]["message"],
     }
     assert "display_width_px" in answer.json()["error"]["message"]
+
+
+# --- the Agents SDK runs the tools itself ----------------------------------------------------------
+
+
+def scripted_agent_engine(*calls: tuple[str, dict[str, Any]]) -> Any:
+    """An engine that makes `calls` one per turn, then answers with the last tool result."""
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        results = [message for message in body["messages"] if message["role"] == "tool"]
+        if len(results) < len(calls):
+            name, arguments = calls[len(results)]
+            return tool_call_exchange(name, arguments, call_id=f"call_{len(results)}")
+        return text_exchange(f"Result: {results[-1]['content']}")
+
+    return respond
+
+
+def run_agent(server: Any, tools: list[Any], streamed: bool = False) -> Any:
+    set_tracing_disabled(True)
+
+    async def main() -> Any:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        model = OpenAIResponsesModel(model="test-model", openai_client=client)
+        agent = Agent(name="worker", instructions="Use the tools.", tools=tools, model=model)
+        if not streamed:
+            return await Runner.run(agent, "Do the task.")
+        run = Runner.run_streamed(agent, "Do the task.")
+        async for _ in run.stream_events():
+            pass
+        return run
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_agents_sdk_shell_tool(server, tmp_path, streamed):
+    commands = ["echo hello > greeting.txt", "cat greeting.txt", "ls missing-file"]
+    server.upstream.responder = scripted_agent_engine(("shell", {"commands": commands}))
+
+    def execute(request: ShellCommandRequest) -> ShellResult:
+        outputs = []
+        for command in request.data.action.commands:
+            done = subprocess.run(
+                command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=30
+            )
+            outputs.append(ShellCommandOutput(stdout=done.stdout, stderr=done.stderr, command=command,
+                                              outcome=ShellCallOutcome(type="exit", exit_code=done.returncode)))  # fmt: skip
+        return ShellResult(output=outputs)
+
+    result = run_agent(server, [ShellTool(executor=execute)], streamed)
+    assert (tmp_path / "greeting.txt").read_text() == "hello\n"
+    assert (
+        "[stdout]\nhello" in result.final_output
+        and "No such file or directory" in result.final_output
+    )
+    assert "[exit code 2]" in result.final_output
+    kinds = [item.type for item in result.new_items]
+    assert kinds == ["tool_call_item", "tool_call_output_item", "message_output_item"]
+
+
+def test_agents_sdk_apply_patch_tool(server, tmp_path):
+    server.upstream.responder = scripted_agent_engine(
+        ("apply_patch", {"type": "create_file", "path": "notes.md", "diff": "+# Notes\n+buy milk\n"}),
+        ("apply_patch", {"type": "update_file", "path": "notes.md", "diff": "@@\n # Notes\n-buy milk\n+buy oat milk\n"}),
+        ("apply_patch", {"type": "delete_file", "path": "old.txt"}),
+    )  # fmt: skip
+    (tmp_path / "old.txt").write_text("stale\n")
+
+    class Editor:
+        """Applies the operations inside tmp_path, with the SDK's own V4A diff reader."""
+
+        def create_file(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
+            (tmp_path / operation.path).write_text(
+                apply_diff("", operation.diff or "", mode="create")
+            )
+            return ApplyPatchResult(output=f"Created {operation.path}")
+
+        def update_file(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
+            target = tmp_path / operation.path
+            target.write_text(apply_diff(target.read_text(), operation.diff or ""))
+            return ApplyPatchResult(output=f"Updated {operation.path}")
+
+        def delete_file(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
+            (tmp_path / operation.path).unlink()
+            return ApplyPatchResult(output=f"Deleted {operation.path}")
+
+    result = run_agent(server, [ApplyPatchTool(editor=Editor())])
+    assert (tmp_path / "notes.md").read_text().splitlines() == ["# Notes", "buy oat milk"]
+    assert not (tmp_path / "old.txt").exists()
+    assert result.final_output == "Result: Deleted old.txt"
+    requests = server.upstream.requests
+    assert tool_messages(requests[-1]) == {"call_0": "Created notes.md", "call_1": "Updated notes.md",
+                                           "call_2": "Deleted old.txt"}  # fmt: skip
+
+
+def test_agents_sdk_local_shell_tool(server, tmp_path):
+    server.upstream.responder = scripted_agent_engine(
+        ("local_shell", {"command": ["python3", "-c", "import os; print(6 * 7, os.getcwd())"],
+                         "working_directory": str(tmp_path)}))  # fmt: skip
+
+    def execute(request: LocalShellCommandRequest) -> str:
+        action = request.data.action
+        done = subprocess.run(
+            action.command, cwd=action.working_directory, capture_output=True, text=True, timeout=30
+        )
+        return done.stdout
+
+    result = run_agent(server, [LocalShellTool(executor=execute)])
+    assert result.final_output == f"Result: 42 {tmp_path}\n"
