@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import pytest
 
+from responsekit.containers import cgroups
 from responsekit.containers.bubblewrap import Bubblewrap, bubblewrap_runtime
 from responsekit.containers.runtime import (
     BadPath,
@@ -155,8 +156,10 @@ def test_the_host_files_and_environment_are_out_of_reach(
         assert "root:" not in seen.stdout
         assert "shadow" not in seen.stdout
         # The only writable places are the workspace and the private /tmp.
-        for target in ("/usr/x", "/etc/x", "/x", "/proc/x"):
+        for target in ("/usr/x", "/etc/x", "/x", "/proc/x", "/dev/x", "/opt/x"):
             assert (await runtime.run(container, f"touch {target}")).exit_code != 0, target
+        for target in ("/tmp/x", "/dev/shm/x", "/mnt/data/x"):
+            assert (await runtime.run(container, f"touch {target}")).exit_code == 0, target
         # Other processes of the host are not visible.
         ps = await runtime.run(container, "ls /proc | grep -c '^[0-9]'")
         assert int(ps.stdout) <= 5, ps.stdout  # bwrap, sh, ls, grep
@@ -255,10 +258,20 @@ def test_an_endless_loop_stops_at_the_wall_clock_limit(runtime: Bubblewrap, cont
         # Nothing of it is left running in the container's cgroup.
         await asyncio.sleep(0.2)
         assert runtime._containers[container].group.pids() == set()
+        # A caller that goes away (a closed request) takes the command with it.
+        call = asyncio.create_task(runtime.run(container, "sleep 30"))
+        await asyncio.sleep(0.5)
+        assert runtime._containers[container].group.pids()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.sleep(0.2)
+        assert runtime._containers[container].group.pids() == set()
 
     asyncio.run(go())
 
 
+@pytest.mark.alone  # two gigabytes piped through in a few seconds
 def test_a_gigabyte_of_output_is_cut_to_the_bound(runtime: Bubblewrap, container: str) -> None:
     async def go() -> None:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -465,3 +478,22 @@ def test_an_allowed_name_on_a_private_address_is_refused(runtime: Bubblewrap) ->
         asyncio.run(go())
     finally:
         asyncio.run(runtime.remove(name))
+
+
+def test_cgroup_v2_layout(tmp_path: Path) -> None:
+    """The unified hierarchy's files, on a folder laid out as /sys/fs/cgroup is under v2 (this
+    machine mounts v1, which the other tests use for real)."""
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    found = cgroups.layout(tmp_path)
+    assert found is not None and found.folders == (tmp_path / "responsekit",)
+    (tmp_path / "responsekit" / "cgroup.subtree_control").write_text("")
+    group = cgroups.Group(found, "cntr_1")
+    group.create(64 << 20, 32)
+    folder = tmp_path / "responsekit" / "cntr_1"
+    assert (folder / "memory.max").read_text() == str(64 << 20)
+    assert (folder / "pids.max").read_text() == "32"
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert group.procs_files() == [str(folder / "cgroup.procs")]
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n")
+    assert group.oom_killed() == 1

@@ -109,7 +109,8 @@ FORWARD_PATH = "/opt/responsekit/forward.py"
 the variables that name it, and the forwarder (forward.py)."""
 
 TMP_BYTES = 256 << 20
-"""The private /tmp's size (a tmpfs counts against the container's memory too)."""
+SHM_BYTES = 64 << 20
+"""The sizes of the private /tmp and /dev/shm (a tmpfs counts against the container's memory too)."""
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
@@ -147,13 +148,13 @@ def _filter(python: str) -> bytes:
 def _probe(bwrap: str, python: str) -> str | None:
     """Why no sandbox can run here, or None: bubblewrap, root, cgroups and namespaces are tried
     once, for real."""
+    if not os.access(bwrap, os.X_OK):
+        return f"bubblewrap is not installed ({bwrap} missing): apt-get install bubblewrap"
     if os.geteuid() != 0:
         return (
             "the sandbox needs root, to run code under a uid of its own and in a cgroup of its own "
             "(docs/code-execution.md)"
         )
-    if not os.access(bwrap, os.X_OK):
-        return f"bubblewrap is not installed ({bwrap} missing): apt-get install bubblewrap"
     if cgroups.layout() is None:
         return "no writable cgroup hierarchy with the memory and pids controllers"
     try:
@@ -244,13 +245,15 @@ def _argv(
     for path, content in files:
         argv += ["--ro-bind-data", fd_of(_memfd(path, content), path), path]
     argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
              "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
              "--bind", f"{DOOR}/data", WORKSPACE]  # fmt: skip
     for source, target in binds:
         argv += ["--bind", f"{DOOR}/{source}", target]
-    # The root bwrap builds (a tmpfs holding the mount points) is made read-only last, so /tmp and
-    # /mnt/data, mounts of their own, are the only writable places.
-    argv += ["--remount-ro", "/", "--chdir", WORKSPACE]
+    # The root bwrap builds (a tmpfs holding the mount points) and its /dev are made read-only
+    # last, so /tmp, /dev/shm (multiprocessing's semaphores) and /mnt/data, mounts of their own,
+    # are the only writable places.
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKSPACE]
     for key, value in (env or SANDBOX_ENV).items():
         argv += ["--setenv", key, value]
     argv += ["--seccomp", fd_of(_memfd("seccomp", bpf), "seccomp"), "--", *command]
@@ -528,7 +531,13 @@ class Bubblewrap:
                 _bounded(process.stdout, bound), _bounded(process.stderr, bound), process.wait()
             )
         )
-        done, _ = await asyncio.wait({work}, timeout=wall)
+        try:
+            done, _ = await asyncio.wait({work}, timeout=wall)
+        except asyncio.CancelledError:
+            # The caller went away (a closed request): nothing keeps running for nobody.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            raise
         notes = []
         if not done:
             # The whole sandbox goes: bwrap's pid 1 dies with it (`--die-with-parent`), and with
