@@ -522,6 +522,8 @@ class Bubblewrap:
                 preexec_fn=setup,
                 start_new_session=True,
             )
+        except (OSError, subprocess.SubprocessError) as error:
+            raise SandboxUnavailable(f"the sandbox could not start: {error}") from error
         finally:
             for fd, _ in fds:
                 os.close(fd)
@@ -584,7 +586,11 @@ class Bubblewrap:
                         "container %s: the kernel restarted; variables were lost", container.id
                     )
                     notes.append("[the kernel restarted: variables from earlier calls are gone]")
-                container.kernel = self._start_kernel(container)
+                try:
+                    container.kernel = self._start_kernel(container)
+                except (OSError, subprocess.SubprocessError) as error:
+                    container.kernel = None
+                    raise SandboxUnavailable(f"the kernel could not start: {error}") from error
                 container.kernel_lost = False
             kernel = container.kernel
             oom_before = container.group.oom_killed()
@@ -611,10 +617,16 @@ class Bubblewrap:
                     f"[the kernel died: {why}; it restarts on the next call, without the variables]"
                 )
                 return CodeRun("\n".join(notes), error=True)
-        logs = str(reply.get("logs", ""))
-        images = [base64.b64decode(image) for image in reply.get("images", [])][:8]
+        logs, images = reply.get("logs"), reply.get("images")
+        if not isinstance(logs, str) or not isinstance(images, list):
+            # Code can reach the kernel's end of the socket; what it sends is only its own loss.
+            return CodeRun("[the kernel's reply was not understood]", error=True)
+        try:
+            pngs = [base64.b64decode(image, validate=True) for image in images[:8]]
+        except (TypeError, ValueError):
+            return CodeRun(logs + "\n[the figures could not be read]", error=True)
         text = "\n".join([*notes, logs, *self._disk_notes(container)])
-        return CodeRun(text, images=images, error=bool(reply.get("error")))
+        return CodeRun(text, images=pngs, error=bool(reply.get("error")))
 
     def _start_kernel(self, container: _Container) -> Kernel:
         source = Path(__file__).with_name("kernel_server.py").read_bytes()
