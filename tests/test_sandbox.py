@@ -414,7 +414,8 @@ print("secret" in repr(dict(os.environ)))
 def test_an_allowlist_goes_through_the_host_proxy_which_adds_the_secrets(
     tmp_path: Path,
 ) -> None:
-    runtime = bubblewrap_runtime(tmp_path / "containers", private_networks=True)
+    # A root deep in the tree: the proxy's socket path is longer than a Unix socket's may be.
+    runtime = bubblewrap_runtime(tmp_path / ("deep" * 30) / "containers", private_networks=True)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]

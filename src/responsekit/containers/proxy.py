@@ -168,7 +168,13 @@ class Proxy:
     def __init__(self, path: Path, policy: Policy) -> None:
         path.unlink(missing_ok=True)
         self.path = path
-        self._server = _Server(str(path), _Handler)
+        # Bound through the folder's descriptor: a socket's path is limited to 108 bytes (unix(7)),
+        # which a data folder deep in the tree passes.
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self._server = _Server(f"/proc/self/fd/{folder}/{path.name}", _Handler)
+        finally:
+            os.close(folder)
         self._server.policy = policy
         # Any uid connects (the sandbox's); what reaches the socket is the bind into the sandbox.
         os.chmod(path, 0o666)
