@@ -472,6 +472,34 @@ def test_without_a_sandbox_containers_are_refused_clearly(database_url, tmp_path
         assert httpx.get(f"{url}/v1/containers").json()["data"] == []
 
 
+def test_the_containers_api_on_a_remote_sandbox(database_url, tmp_path):
+    """With `sandbox_url`, the same API runs its containers on an OpenSandbox service (the
+    stand-in of tests/opensandbox_fixture.py, through OpenSandbox's own SDKs); the records stay here."""
+    pytest.importorskip("opensandbox")
+    sandbox_or_skip(tmp_path / "probe")  # the stand-in runs its commands under bubblewrap
+    from responsekit.containers.opensandbox import CONTAINER_KEY
+
+    from .opensandbox_fixture import opensandbox_server
+
+    with opensandbox_server("remote-key") as service:
+        settings = Settings(probe=False, default_model_fallback=False, data_dir=tmp_path,
+                            database_url=database_url, sandbox_url=service.url,
+                            sandbox_api_key="remote-key")  # fmt: skip
+        with serve(create_app(settings)) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+            container = client.containers.create(name="remote", memory_limit="4g")
+            file = client.containers.files.create(container.id, file=("hello.txt", b"hello"))
+            assert file.path == "/mnt/data/hello.txt" and file.source == "user"
+            read = client.containers.files.content.retrieve(file.id, container_id=container.id)
+            assert read.read() == b"hello"
+            [sandbox] = [s for s in service.sandboxes.values()
+                         if s.request["metadata"][CONTAINER_KEY] == container.id]  # fmt: skip
+            assert sandbox.request["resourceLimits"]["memory"] == "4096Mi"
+            assert not (tmp_path / "containers").exists(), "nothing ran on this machine"
+            client.containers.delete(container.id)
+            assert sandbox.state == "Terminated"
+
+
 def _set_last_active(database_url: str, container_id: str, when: int) -> None:
     """The clock moved on: the container was last used at `when`."""
     if database_url.startswith("sqlite"):

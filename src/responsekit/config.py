@@ -358,9 +358,9 @@ class Settings(BaseSettings):
     web_search_max_results: int = Field(default=5, ge=1, le=20)
     """Results of one search the model reads at `search_context_size: medium` (half at low, twice at high)."""
     sandbox: Literal["bubblewrap", "off"] = "bubblewrap"
-    """What runs containers (the code tools, `/v1/containers`): bubblewrap on this machine, or
-    `off`, which refuses them with `sandbox_unavailable` as a machine without bubblewrap does
-    (docs/code-execution.md)."""
+    """What runs containers (the code tools, `/v1/containers`): bubblewrap on this machine (or the
+    OpenSandbox service at `sandbox_url`, when set), or `off`, which refuses them with
+    `sandbox_unavailable` as a machine without bubblewrap does (docs/code-execution.md)."""
     sandbox_url: str | None = None
     """An OpenSandbox server (`http://host:8080`): set, containers run there instead of on this
     machine (docs/code-execution.md, A remote sandbox)."""

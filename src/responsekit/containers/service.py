@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -31,6 +31,7 @@ from ..files.service import VectorStores
 from ..store import Page
 from ..store.database import Database, Row
 from .bubblewrap import bubblewrap_runtime
+from .opensandbox import remote_runtime
 from .runtime import (
     WORKSPACE,
     BadPath,
@@ -154,6 +155,8 @@ class Containers:
         self._started: set[str] = set()
         """Containers this process's runtime made ready; the sweep removes those no longer running."""
         self._maintenance: asyncio.Task[None] | None = None
+        self._release: Callable[[], Awaitable[None]] | None = None
+        """What lets the runtime's connections go at shutdown (a remote runtime's HTTP clients)."""
 
     @classmethod
     async def open(cls, settings: Settings, database: Database, files: VectorStores) -> Containers:
@@ -161,7 +164,13 @@ class Containers:
         create or run any, saying why (logged once)."""
         if settings.sandbox == "off":
             return cls(database, None, files, unavailable="the server's setting sandbox is off")
-        try:  # the probe starts a sandbox once (tens of milliseconds): off the event loop
+        try:
+            if settings.sandbox_url:  # docs/code-execution.md, A remote sandbox
+                remote = remote_runtime(settings)
+                service = cls(database, remote, files)
+                service._release = remote.close
+                return service
+            # the probe starts a sandbox once (tens of milliseconds): off the event loop
             runtime = await asyncio.to_thread(bubblewrap_runtime, settings.data_dir / "containers")
         except SandboxUnavailable as exc:
             log.warning("containers and code execution off: %s (docs/code-execution.md)", exc)
@@ -176,6 +185,8 @@ class Containers:
             self._maintenance.cancel()
             with suppress(asyncio.CancelledError):
                 await self._maintenance
+        if self._release is not None:
+            await self._release()
 
     # --- containers ----------------------------------------------------------------------
 
