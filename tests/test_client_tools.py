@@ -43,6 +43,7 @@ from openai import AsyncOpenAI
 from openai.types.responses import ResponseInputItemParam, ResponseItem, ToolParam
 from pydantic import TypeAdapter
 
+from .conftest import DATABASES
 from .harness import (
     check_response,
     check_stream,
@@ -206,9 +207,10 @@ def test_a_call_comes_back_as_the_tools_item(server, name):
     assert strip_ids(folded["output"]) == strip_ids(response["output"])
 
 
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_replayed_output_reaches_the_model(server, name):
-    """In a replayed history, and after `previous_response_id`."""
+    """In a replayed history, and after `previous_response_id` (stored in either database)."""
     case = CASES[name]
     server.upstream.push(tool_call_exchange(case.function, case.arguments, call_id="call_7"))
     first = respond(server, {"input": "Go on.", "tools": [case.tool]})
@@ -578,3 +580,36 @@ def test_agents_sdk_local_shell_tool(server, tmp_path):
 
     result = run_agent(server, [LocalShellTool(executor=execute)])
     assert result.final_output == f"Result: 42 {tmp_path}\n"
+
+
+def test_the_websocket_mode_gives_the_item_and_reads_the_output(server):
+    """The WebSocket mode of /v1/responses shares the path: the shell_call, then its output on the
+    same socket, continued from the socket's cache (`store: false`)."""
+    server.upstream.push(tool_call_exchange("shell", {"commands": ["uname -s"]}, call_id="call_ws"),
+                         text_exchange("It is Linux."))  # fmt: skip
+    with server.client().responses.connect() as connection:
+        connection.send({"type": "response.create", "model": "test-model", "input": "Which OS?", "tools": [SHELL],
+                         "store": False})  # fmt: skip
+        first = check_stream(until_terminal(connection))
+        [call] = first["output"]
+        assert call["type"] == "shell_call" and call["action"]["commands"] == ["uname -s"]
+        output = {"type": "shell_call_output", "call_id": "call_ws", "output": [
+            {"stdout": "Linux\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}  # fmt: skip
+        connection.send({"type": "response.create", "model": "test-model", "input": [output], "tools": [SHELL],
+                         "store": False, "previous_response_id": first["id"]})  # fmt: skip
+        second = check_stream(until_terminal(connection))
+    assert second["output_text"] == "It is Linux."
+    request = server.upstream.requests[-1]
+    assert called(request) == {"call_ws": ("shell", {"commands": ["uname -s"]})}
+    assert tool_messages(request)["call_ws"] == "Command 1:\n[stdout]\nLinux\n[exit code 0]"
+
+
+def until_terminal(connection: Any) -> list[dict[str, Any]]:
+    events = []
+    while not events or events[-1]["type"] not in (
+        "response.completed",
+        "response.failed",
+        "error",
+    ):
+        events.append(json.loads(connection.recv_bytes()))
+    return events
