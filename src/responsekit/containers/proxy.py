@@ -30,6 +30,8 @@ from .runtime import Network
 
 MAX_HEAD = 64 * 1024
 IDLE_SECONDS = 300.0
+MAX_CONNECTIONS = 64
+STATUS_TEXT = {400: "Bad Request", 403: "Forbidden", 429: "Too Many Requests", 502: "Bad Gateway"}
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
               "proxy-authenticate", "te", "trailer", "upgrade"}  # fmt: skip
 
@@ -92,6 +94,16 @@ class _Handler(socketserver.StreamRequestHandler):
     rbufsize = 0
 
     def handle(self) -> None:
+        # Code can open connections to the socket without end: each holds one of the gateway's
+        # threads, so a container gets only so many at once.
+        if not self.server.slots.acquire(blocking=False):
+            return self._reply(429, f"more than {MAX_CONNECTIONS} connections at once")
+        try:
+            self._handle()
+        finally:
+            self.server.slots.release()
+
+    def _handle(self) -> None:
         self.connection.settimeout(IDLE_SECONDS)
         head = self.rfile.readline(MAX_HEAD).decode("latin-1")
         try:
@@ -148,18 +160,19 @@ class _Handler(socketserver.StreamRequestHandler):
             _splice(self.connection, upstream)
 
     def _reply(self, status: int, reason: str) -> None:
-        text = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
         body = (reason + "\n").encode()
-        self.connection.sendall(
-            f"HTTP/1.1 {status} {text}\r\nContent-Type: text/plain\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
+        head = (
+            f"HTTP/1.1 {status} {STATUS_TEXT[status]}\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
+        with contextlib.suppress(OSError):
+            self.connection.sendall(head.encode() + body)
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     policy: Policy
+    slots: threading.BoundedSemaphore
 
 
 class Proxy:
@@ -176,6 +189,7 @@ class Proxy:
         finally:
             os.close(folder)
         self._server.policy = policy
+        self._server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         # Any uid connects (the sandbox's); what reaches the socket is the bind into the sandbox.
         os.chmod(path, 0o666)
         threading.Thread(
