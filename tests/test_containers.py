@@ -461,6 +461,35 @@ def test_the_sweep_expires_containers_and_removes_their_workspaces(database_url,
     asyncio.run(run())
 
 
+def test_the_limits_come_from_the_settings(database_url, tmp_path):
+    sandbox_or_skip(tmp_path / "probe")
+    settings = Settings(probe=False, default_model_fallback=False, data_dir=tmp_path, database_url=database_url,
+                        sandbox_limits={"wall_seconds": 1, "output_bytes": 2048, "disk_bytes": 4096})  # fmt: skip
+
+    async def run() -> None:
+        store = await Store.open(database_url)
+        files = await VectorStores.open(settings, store.database)
+        containers = await Containers.open(settings, store.database, files)
+        try:
+            made = await containers.create("", name="bounded")
+            started = time.monotonic()
+            slow, _ = await containers.run("", made["id"], "sleep 20")
+            assert slow.timed_out and time.monotonic() - started < 10
+            loud, _ = await containers.run("", made["id"], "head -c 100000 /dev/zero | tr '\\0' x")
+            assert loud.stdout.startswith("x" * 2048) and "[output cut" in loud.stdout
+            assert len(loud.stdout) < 2048 + 200
+            with pytest.raises(APIError) as caught:
+                await containers.add_file("", made["id"], data=bytes(5000), filename="big.bin")
+            assert caught.value.status == 400 and caught.value.code == "file_too_large"
+            await containers.delete("", made["id"])
+        finally:
+            await containers.close()
+            await files.close()
+            await store.close()
+
+    asyncio.run(run())
+
+
 def test_without_a_sandbox_containers_are_refused_clearly(database_url, tmp_path):
     settings = Settings(probe=False, default_model_fallback=False, data_dir=tmp_path, database_url=database_url,
                         sandbox="off")  # fmt: skip

@@ -195,6 +195,24 @@ class LimitsConfig(BaseModel):
     """Tokens per UTC month."""
 
 
+class SandboxLimits(BaseModel):
+    """What each container may use (`sandbox_limits`); its own `memory_limit` sets the memory. The
+    defaults are `Limits`' in containers/runtime.py (config imports none of the layers)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    processes: int = Field(default=256, ge=8)
+    """Processes and threads at once, per container."""
+    disk_bytes: int = Field(default=1 << 30, ge=1)
+    """What the workspace may hold."""
+    cpu_seconds: int = Field(default=60, ge=1)
+    """CPU time of each process a command starts."""
+    wall_seconds: float = Field(default=30.0, gt=0, le=600)
+    """Wall-clock time of each call (a command, a cell of code)."""
+    output_bytes: int = Field(default=64 * 1024, ge=1024)
+    """Of each stream a call returns; past it the text is cut and says so."""
+
+
 class LocalModel(BaseModel):
     """A GGUF model run in-process by llama.cpp (the `llama` extra)."""
 
@@ -361,6 +379,8 @@ class Settings(BaseSettings):
     """What runs containers (the code tools, `/v1/containers`): bubblewrap on this machine (or the
     OpenSandbox service at `sandbox_url`, when set), or `off`, which refuses them with
     `sandbox_unavailable` as a machine without bubblewrap does (docs/code-execution.md)."""
+    sandbox_limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    """`processes`, `disk_bytes`, `cpu_seconds`, `wall_seconds`, `output_bytes` of every container."""
     sandbox_url: str | None = None
     """An OpenSandbox server (`http://host:8080`): set, containers run there instead of on this
     machine (docs/code-execution.md, A remote sandbox)."""

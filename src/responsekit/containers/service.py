@@ -162,20 +162,21 @@ class Containers:
     async def open(cls, settings: Settings, database: Database, files: VectorStores) -> Containers:
         """Containers on the configured sandbox; with none usable here, a service that refuses to
         create or run any, saying why (logged once)."""
+        limits = Limits(**settings.sandbox_limits.model_dump())
         if settings.sandbox == "off":
-            return cls(database, None, files, unavailable="the server's setting sandbox is off")
+            return cls(database, None, files, limits, "the server's setting sandbox is off")
         try:
             if settings.sandbox_url:  # docs/code-execution.md, A remote sandbox
                 remote = remote_runtime(settings)
-                service = cls(database, remote, files)
+                service = cls(database, remote, files, limits)
                 service._release = remote.close
                 return service
             # the probe starts a sandbox once (tens of milliseconds): off the event loop
             runtime = await asyncio.to_thread(bubblewrap_runtime, settings.data_dir / "containers")
         except SandboxUnavailable as exc:
             log.warning("containers and code execution off: %s (docs/code-execution.md)", exc)
-            return cls(database, None, files, unavailable=str(exc))
-        return cls(database, runtime, files)
+            return cls(database, None, files, limits, str(exc))
+        return cls(database, runtime, files, limits)
 
     async def start(self) -> None:
         self._maintenance = asyncio.create_task(self._maintain())
