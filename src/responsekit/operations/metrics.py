@@ -254,6 +254,9 @@ class TimedDatabase:
     async def listen(self, channel: str, listener: Listener) -> None:
         await self.database.listen(channel, listener)
 
+    async def changed_elsewhere(self) -> bool:
+        return await self.database.changed_elsewhere()
+
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         started = time.perf_counter()
         try:

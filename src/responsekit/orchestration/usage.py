@@ -24,16 +24,17 @@ class UsageLedger:
     def __init__(self, database: Database) -> None:
         self.database = database
         self._pending: list[UsageRecord] = []
-        self._full = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
+        self._early: asyncio.Task[None] | None = None
+        """The write of a full batch, started before its second is up."""
 
     def add(self, record: UsageRecord) -> None:
         if len(self._pending) >= MAX_PENDING:
             log.warning("usage records are not being written: dropping the oldest")
             del self._pending[: BATCH]
         self._pending.append(record)
-        if len(self._pending) >= BATCH:
-            self._full.set()
+        if len(self._pending) >= BATCH and (self._early is None or self._early.done()):
+            self._early = asyncio.get_running_loop().create_task(self.flush())
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write())
@@ -43,6 +44,8 @@ class UsageLedger:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
+        if self._early is not None:
+            await asyncio.wait({self._early})
         await self.flush()
 
     async def flush(self) -> None:
@@ -57,8 +60,8 @@ class UsageLedger:
                 return
 
     async def _write(self) -> None:
+        """Every second, what gathered: a sleep, not a wait for the batch to fill with a timeout,
+        which would cost a task and a timeout's exception each idle second."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._full.wait(), FLUSH_SECONDS)
-            self._full.clear()
+            await asyncio.sleep(FLUSH_SECONDS)
             await self.flush()

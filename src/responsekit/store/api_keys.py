@@ -6,8 +6,8 @@ database. The copy is read again whenever a key is made or revoked: on PostgreSQ
 replica hears of it by notification (`KEYS_CHANNEL`, as runs hear of cancellations), so a
 revoked key is refused everywhere within the time a notification and one small read take;
 on SQLite the process that changed the table is told at once, and the copy is also read
-again every `POLL_SECONDS` (another process on the same file, such as the `api-keys`
-command, is not told). A key's last use is written at most once per `TOUCH_SECONDS` per
+again within `POLL_SECONDS` of another process's commit to the file (such as the `api-keys`
+command's, which is not told: `Database.changed_elsewhere`). A key's last use is written at most once per `TOUCH_SECONDS` per
 key and process, off the request's path.
 """
 
@@ -208,7 +208,13 @@ class KeyTable:
     async def _poll(self, seconds: float) -> None:
         while True:
             await asyncio.sleep(seconds)
-            self._changed(None)
+            try:
+                changed = await self.database.changed_elsewhere()
+            except Exception:  # read again, as if told of a change
+                log.warning("could not tell whether the API keys changed", exc_info=True)
+                changed = True
+            if changed:
+                self._changed(None)
 
     def _spawn(self, work: Any) -> None:
         try:

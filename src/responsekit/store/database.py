@@ -52,6 +52,12 @@ class Database(Connection, Protocol):
     """Whether `listen` hears the notifications of other processes too (PostgreSQL), or only
     of this one (SQLite: other processes on the file are not told)."""
 
+    async def changed_elsewhere(self) -> bool:
+        """Whether another process may have changed the database since the last call: for a
+        poll to skip reading again what nobody changed (PostgreSQL: always True, its polls being
+        a safety net under notifications)."""
+        ...
+
     async def listen(self, channel: str, listener: Listener) -> None:
         """Call `listener` for every notification on `channel`, from now until `close`."""
         ...

@@ -64,6 +64,9 @@ class PostgresDatabase:
     async def notify(self, channel: str, payload: str) -> None:
         await self._pool.execute("SELECT pg_notify($1, $2)", channel, payload)
 
+    async def changed_elsewhere(self) -> bool:
+        return True  # notifications tell of changes; a poll is the safety net under them
+
     async def listen(self, channel: str, listener: Listener) -> None:
         """Listens from the moment it returns (the first connection is opened here)."""
         self._listeners.setdefault(channel, []).append(listener)

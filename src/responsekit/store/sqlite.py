@@ -16,6 +16,7 @@ other processes on the same file are not told (they poll).
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -34,7 +35,7 @@ class SQLiteDatabase:
     dialect = "sqlite"
     shared_notifications = False
 
-    def __init__(self, connection: sqlite3.Connection, thread: DedicatedThread) -> None:
+    def __init__(self, connection: sqlite3.Connection, thread: DedicatedThread, path: Path | None = None) -> None:
         self._connection = connection
         self._thread = thread
         self._lock = asyncio.Lock()
@@ -42,6 +43,9 @@ class SQLiteDatabase:
         """Write-only transactions waiting for the next group commit."""
         self._committer: asyncio.Task[None] | None = None
         self._listeners: dict[str, list[Listener]] = {}
+        self._files = (path, path.with_name(f"{path.name}-wal")) if path is not None else ()
+        self._files_seen: list[tuple[int, int, int] | None] | None = None
+        self._data_version: int | None = None
 
     @classmethod
     async def open(cls, path: Path) -> SQLiteDatabase:
@@ -54,7 +58,7 @@ class SQLiteDatabase:
                 connection.execute(f"PRAGMA {pragma}")
             return connection
 
-        return cls(await thread.run(connect), thread)
+        return cls(await thread.run(connect), thread, path)
 
     async def close(self) -> None:
         if self._committer is not None:
@@ -85,6 +89,20 @@ class SQLiteDatabase:
 
     async def notify(self, channel: str, payload: str) -> None:
         self._deliver(channel, payload)
+
+    async def changed_elsewhere(self) -> bool:
+        """Whether another connection to the file (another process) committed since the last
+        call. SQLite's `data_version` tells (https://www.sqlite.org/pragma.html#pragma_data_version),
+        but asking is a hop to the database thread; a commit changes the file or its write-ahead
+        log, so it is asked only when one of them changed since the last call (a `stat` each)."""
+        seen = [_stat(file) for file in self._files]
+        if seen == self._files_seen:
+            return False
+        self._files_seen = seen
+        async with self._lock:
+            version = await self._thread.run(lambda: self._connection.execute("PRAGMA data_version").fetchone()[0])
+        changed, self._data_version = version != self._data_version, version
+        return changed
 
     async def listen(self, channel: str, listener: Listener) -> None:
         self._listeners.setdefault(channel, []).append(listener)
@@ -134,6 +152,14 @@ class SQLiteDatabase:
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
         rows = await self.fetch(sql, *args)
         return rows[0] if rows else None
+
+
+def _stat(file: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = os.stat(file)
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _commit_group(connection: sqlite3.Connection, group: list[list[Statement]]) -> list[BaseException | None]:
