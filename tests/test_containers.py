@@ -8,6 +8,7 @@ import hashlib
 import sqlite3
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,19 @@ def test_files_by_upload_and_by_file_id(gateway):
 
     with pytest.raises(openai.NotFoundError):
         client.containers.files.create(container.id, file_id="file-nope")
+    # Writers racing at one path: each succeeds, one record is left, holding one writer's bytes.
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: gateway.raw("POST", f"/containers/{container.id}/files",
+                                                      files={"file": ("race.txt", b"%d" % n)}), range(8)))  # fmt: skip
+    assert [a.status_code for a in answers] == [200] * 8
+    [race] = [
+        f for f in client.containers.files.list(container.id) if f.path == "/mnt/data/race.txt"
+    ]
+    assert race.id in {a.json()["id"] for a in answers}
+    content = client.containers.files.content.retrieve(race.id, container_id=container.id).read()
+    assert content in {b"%d" % n for n in range(8)}
+    client.containers.files.delete(race.id, container_id=container.id)
+
     missing = gateway.raw("POST", f"/containers/{container.id}/files", json={})
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "file_id"
 

@@ -485,16 +485,13 @@ class Containers:
         file = ContainerFile(
             new_id("cfile"), container.id, path, len(data), source, time.time_ns() // 1_000_000
         )
-        async with (
-            self.database.transaction() as db
-        ):  # a file written again is a new file at that path
-            await db.execute(
-                "DELETE FROM container_files WHERE container_id = ? AND path = ?",
-                container.id,
-                path,
-            )
-            await db.execute(f"INSERT INTO container_files ({_FILE}) VALUES (?, ?, ?, ?, ?, ?)",
-                             file.id, file.container_id, file.path, file.bytes, file.source, file.created_ms)  # fmt: skip
+        # A file written again is a new file at that path (one statement: two writers race safely).
+        await self.database.execute(
+            f"INSERT INTO container_files ({_FILE}) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (container_id, path) DO UPDATE SET id = excluded.id, bytes = excluded.bytes, "
+            "source = excluded.source, created_ms = excluded.created_ms",
+            file.id, file.container_id, file.path, file.bytes, file.source, file.created_ms,
+        )  # fmt: skip
         return file
 
     async def _record_written(self, runtime: Runtime, container: Container) -> Written:
