@@ -20,6 +20,8 @@ import pytest
 from agents import (
     Agent,
     ApplyPatchTool,
+    AsyncComputer,
+    ComputerTool,
     LocalShellCommandRequest,
     LocalShellTool,
     OpenAIResponsesModel,
@@ -613,3 +615,36 @@ def until_terminal(connection: Any) -> list[dict[str, Any]]:
     ):
         events.append(json.loads(connection.recv_bytes()))
     return events
+
+
+def test_agents_sdk_computer_tool(upstream, database_url):
+    """The Agents SDK's ComputerTool (the GA `computer` tool for a model not named computer-use-
+    preview): the click runs on the client's computer, and its screenshot reaches the model."""
+    upstream.responder = scripted_agent_engine(("computer", {"action": "click", "x": 10, "y": 20}))
+    done: list[tuple[str, Any]] = []
+
+    class Screen(AsyncComputer):
+        environment = "browser"
+        dimensions = (800, 600)
+
+        async def screenshot(self) -> str:
+            return PNG.split(",", 1)[1]
+
+        async def click(self, x: int, y: int, button: str) -> None:
+            done.append(("click", (x, y, button)))
+
+        async def double_click(self, x: int, y: int) -> None: ...
+        async def scroll(self, x: int, y: int, scroll_x: int, scroll_y: int) -> None: ...
+        async def type(self, text: str) -> None: ...
+        async def wait(self) -> None: ...
+        async def move(self, x: int, y: int) -> None: ...
+        async def keypress(self, keys: list[str]) -> None: ...
+        async def drag(self, path: list[tuple[int, int]]) -> None: ...
+
+    with gateway(upstream, database_url, vision=True) as server:
+        result = run_agent(server, [ComputerTool(computer=Screen())])
+    assert done == [("click", (10, 20, "left"))]
+    assert result.final_output == "Result: The screenshot taken after the action follows."
+    [image] = [part for message in upstream.requests[-1]["messages"] if isinstance(message["content"], list)
+               for part in message["content"] if part.get("type") == "image_url"]  # fmt: skip
+    assert image["image_url"]["url"] == PNG
