@@ -330,6 +330,20 @@ def test_a_call_that_makes_no_item_fails_the_response(server, tool, function, ar
     assert f"The model called the `{tool['type']}` tool" in response["error"]["message"]
 
 
+def test_a_local_shells_skills_are_told_the_model(server):
+    skill = {
+        "name": "release-notes",
+        "description": "Writes release notes.",
+        "path": "/home/me/skills/release-notes",
+    }
+    tool = {"type": "shell", "environment": {"type": "local", "skills": [skill]}}
+    TypeAdapter(ToolParam).validate_python(tool)
+    server.upstream.push(text_exchange("Ok."))
+    respond(server, {"input": "Notes, please.", "tools": [tool]})
+    description = offered(server.upstream.requests[0])["shell"]["description"]
+    assert "- release-notes: Writes release notes. (/home/me/skills/release-notes)" in description
+
+
 def test_tool_choice_forces_the_tool(server):
     server.upstream.push(*[tool_call_exchange("shell", {"commands": ["ls"]})] * 3)
     for choice in (

@@ -118,7 +118,7 @@ def offer(tool: dict[str, Any]) -> FunctionTool:
     if kind == "shell":
         return FunctionTool("shell", "Runs shell commands on the user's machine, in its working directory, and "
                             "returns each one's stdout, stderr and exit code. Use it to look at files, run "
-                            "programs and tests.", _SHELL)  # fmt: skip
+                            f"programs and tests.{_skills(tool.get('environment'))}", _SHELL)  # fmt: skip
     if kind == "local_shell":
         return FunctionTool("local_shell", "Runs one command on the user's machine and returns its output. To run "
                             "a command line, pass [\"bash\", \"-lc\", \"<command line>\"].", _LOCAL_SHELL)  # fmt: skip
@@ -134,6 +134,21 @@ def offer(tool: dict[str, Any]) -> FunctionTool:
     return FunctionTool("computer", "Acts on the user's computer screen with the mouse and the keyboard; a "
                         f"screenshot of the screen comes back after each action.{size}{environment}",
                         _COMPUTER)  # fmt: skip
+
+
+def _skills(environment: Any) -> str:
+    """The local skills a shell environment lists (`name`, `description`, `path`), told the model
+    so that it reads one's instructions before using it."""
+    skills = environment.get("skills") if isinstance(environment, dict) else None
+    lines = [f"\n- {skill['name']}: {skill.get('description') or ''} ({skill['path']})"
+             for skill in skills if isinstance(skill, dict) and isinstance(skill.get("name"), str)
+             and isinstance(skill.get("path"), str)] if isinstance(skills, list) else []  # fmt: skip
+    if not lines:
+        return ""
+    return (
+        "\n\nSkills on this machine (read a skill's SKILL.md in its directory before using it):"
+        + "".join(lines)
+    )
 
 
 # --- the call the client gets -------------------------------------------------------------
