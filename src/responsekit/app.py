@@ -107,6 +107,7 @@ def create_app(settings: Settings) -> FastAPI:
         pipeline = app.state.pipeline = Pipeline(
             router, attachments, limiter, usage if settings.record_usage else None, app.state.vector_stores, urls, web,
             queue_timeout=settings.queue_timeout, max_queue_per_key=settings.max_queue_per_key,
+            containers=app.state.containers,
         )  # fmt: skip
         app.state.orchestrator = Orchestrator(pipeline, store, runs, sealer, settings.summarizer_model)
         await runs.start()

@@ -35,6 +35,31 @@ MAX_TOOL_SEARCHES = 10
 """Tool searches one answer may run beside other server tools' budgets (`max_tool_calls`)."""
 CONTEXT_SIZES = ("low", "medium", "high")
 """The values of `search_context_size`."""
+CodeFunction = Literal["python", "shell", "bash", "text_editor"]
+CODE_FUNCTIONS: dict[CodeFunction, str] = {"python": "python", "shell": "shell", "bash": "bash_code_execution",
+                                           "text_editor": "text_editor_code_execution"}  # fmt: skip
+"""Each code function (`tools/code_execution.py`) -> the name the model calls it by: Responses'
+`code_interpreter` offers `python`, its hosted `shell` tool `shell`, the Messages API's
+`code_execution_*` the two names Anthropic's `server_tool_use` blocks carry."""
+
+
+@dataclass(slots=True)
+class CodeSpec:
+    """Code the server runs in one container for a request (`tools/code_execution.py`).
+
+    `container` is a container id (`cntr_…`, the key's and live, else the request's 404 or 400)
+    or an auto spec (`{"type": "auto" | "container_auto", "file_ids", "memory_limit",
+    "network_policy"}`): a container made for the request, unless one the conversation already
+    used is still live (`reuse`). It is resolved once, when the request's tools are prepared.
+    """
+
+    container: str | dict[str, Any]
+    functions: tuple[CodeFunction, ...]
+    param: str = "container"
+    """Where the request named the container, for its errors (`tools[0].container`)."""
+    reuse: bool = True
+    """An auto spec takes the live container of the conversation's last code call, as OpenAI's
+    `auto` mode does (https://platform.openai.com/docs/guides/tools-code-interpreter#auto-mode)."""
 
 
 @dataclass(slots=True)
@@ -62,9 +87,13 @@ class ServerToolSpecs:
     """The web function the tool choice forces (`SEARCH` or `FETCH`): the first generation must call it."""
     max_tool_calls: int | None = None
     """Server-run calls one answer may make before the model must answer without tools."""
+    code: list[CodeSpec] = field(default_factory=list)
+    """Code run in containers: Responses' `code_interpreter` and hosted `shell`, the Messages
+    API's `code_execution_*`."""
 
     def __bool__(self) -> bool:
-        return bool(self.web_search or self.web_fetch or self.file_search or self.mcp or self.tool_search)
+        return bool(self.web_search or self.web_fetch or self.file_search or self.mcp or self.tool_search
+                    or self.code)
 
 
 def check_spec(spec: dict[str, Any], param: str) -> None:

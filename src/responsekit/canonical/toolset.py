@@ -29,19 +29,24 @@ class ToolOrigin:
     built-in tool the client runs, `name` its tool type, such as `shell` or `apply_patch`, whose
     calls become that tool's items); `file_search`, `web_search`,
     `web_fetch` (Anthropic's server tool), `tool_search_tool` (Anthropic's server-run tool search,
-    `name` the search's) and `mcp` calls the server runs itself (`namespace` is then the MCP server's label, or `web`
-    for the web functions), unless they need the user's approval first.
+    `name` the search's), `code_execution` (`name` the code function, `python`, `shell`, `bash`
+    or `text_editor`, run in the container `container`) and `mcp` calls the server runs itself
+    (`namespace` is then the MCP server's label, or `web` for the web functions), unless they need
+    the user's approval first.
     """
 
     kind: Literal["function", "custom", "tool_search", "builtin", "file_search", "web_search", "web_fetch",
-                  "tool_search_tool", "mcp"]
+                  "tool_search_tool", "mcp", "code_execution"]
     name: str
     namespace: str | None = None
     needs_approval: bool = False
+    container: str | None = None
+    """The container a `code_execution` function runs in (`cntr_…`), known before any call."""
 
     @property
     def server_side(self) -> bool:
-        return self.kind in ("file_search", "web_search", "web_fetch", "tool_search_tool", "mcp") and not self.needs_approval
+        return self.kind in ("file_search", "web_search", "web_fetch", "tool_search_tool", "mcp",
+                             "code_execution") and not self.needs_approval  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -371,6 +371,18 @@ class Containers:
         path, data = await self._uploaded(owner, file_id, param="file_id")
         return await self._put(runtime, container, path, data, "user")
 
+    async def read_path(self, owner: str, container_id: str, path: str) -> bytes | None:
+        """The bytes of the file at `path` in the workspace (the code tools' text editor); None
+        when there is no file there."""
+        where = _path(path, param="path")
+        runtime, container = await self._live(owner, container_id)
+        return await self._sandboxed(runtime.get_file(container.id, where))
+
+    async def workspace(self, owner: str, container_id: str) -> list[str]:
+        """The paths of the workspace's files, as code sees them."""
+        runtime, container = await self._live(owner, container_id)
+        return sorted(entry.path for entry in await self._sandboxed(runtime.list_files(container.id)))
+
     async def list_files(
         self,
         owner: str,

@@ -27,12 +27,14 @@ from ..canonical.errors import APIError, ContextOverflow
 from ..canonical.events import Event
 from ..canonical.server_tools import NAMESPACE, ServerToolSpecs
 from ..canonical.toolset import ToolOrigin, ToolSet
+from ..containers.service import Containers
 from ..files.service import VectorStores
 from ..operations.logs import current
 from ..operations.metrics import Observation, Observer
 from ..store.api_keys import ApiKey
 from ..store.usage import UsageRecord
 from ..tools import ServerTools
+from ..tools.code_execution import add_code_execution
 from ..tools.file_search import add_file_search
 from ..tools.mcp import McpServer, add_mcp_servers
 from ..tools.outbound import UrlPolicy
@@ -119,6 +121,7 @@ class Pipeline:
         *,
         queue_timeout: float = 30.0,
         max_queue_per_key: int | None = None,
+        containers: Containers | None = None,
     ) -> None:
         self.router = router
         self.attachments = attachments
@@ -131,6 +134,8 @@ class Pipeline:
         """The search engine and page reader the web tools use; None: they are not offered (docs/web-search.md)."""
         self.queue_timeout = queue_timeout
         self.max_queue_per_key = max_queue_per_key
+        self.containers = containers
+        """Where the code tools run (docs/code-execution.md); None: they are refused (400)."""
 
     # --- the whole path, for stateless frontends ------------------------------------------
 
@@ -234,6 +239,8 @@ class Pipeline:
                 add_web_fetch(server_tools, specs.web_fetch, self.web, context_urls(texts))
         if specs.tool_search is not None:
             add_tool_search(server_tools, specs.tool_search, turn.toolset.functions)
+        if specs.code:  # the containers are the key's: another key's is a 404 here
+            await add_code_execution(server_tools, specs.code, owner, self.containers, history)
         turn.toolset.add(server_tools.functions)
 
     async def attach(self, turn: Turn, owner: str) -> None:
