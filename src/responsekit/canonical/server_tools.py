@@ -181,3 +181,55 @@ def arguments_of(arguments: str) -> dict[str, Any]:
     except ValueError:
         return {"query": arguments.strip()} if arguments.strip() else {}
     return value if isinstance(value, dict) else {}
+
+
+# --- the code functions' arguments (`tools/code_execution.py` runs them; renderers show them) ---
+
+
+class BadInput(ValueError):
+    """The model's arguments cannot be read as the code function's input (`invalid_tool_input`)."""
+
+
+_FENCE = re.compile(r"^```[\w+-]*\n(.*?)\n?```\s*$", re.DOTALL)
+
+
+def python_code(arguments: str) -> str:
+    """The code of a `python` call: `{"code": …}`, or the arguments themselves when they are no
+    JSON object (a small model's raw code), a Markdown fence taken off."""
+    value = _code_json(arguments)
+    code = value.get("code", value.get("input")) if isinstance(value, dict) else value
+    if not isinstance(code, str) or not code.strip():
+        raise BadInput("`code` must be the Python code to run")
+    fenced = _FENCE.match(code.strip())
+    return fenced.group(1) if fenced else code
+
+
+def shell_action(arguments: str) -> tuple[list[str], int | None, int | None]:
+    """A `shell` call's command lines, time limit (ms) and output bound (characters); one
+    command line given as a string is a list of one."""
+    value = _code_json(arguments)
+    if isinstance(value, str):
+        value = {"commands": [value]}
+    if not isinstance(value, dict):
+        raise BadInput("the arguments must be an object with `commands`")
+    commands = value.get("commands", value.get("command", value.get("cmd")))
+    if isinstance(commands, str):
+        commands = [commands]
+    if (
+        not isinstance(commands, list)
+        or not commands
+        or not all(isinstance(c, str) and c.strip() for c in commands)
+    ):
+        raise BadInput("`commands` must be a list of command lines")
+    return commands, _positive(value.get("timeout_ms")), _positive(value.get("max_output_length"))
+
+
+def _code_json(arguments: str) -> Any:
+    try:
+        return json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return arguments
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

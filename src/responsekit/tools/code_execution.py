@@ -21,13 +21,19 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..canonical.conversation import FunctionTool
 from ..canonical.errors import APIError
-from ..canonical.server_tools import CODE_FUNCTIONS, CodeFunction, CodeSpec
+from ..canonical.server_tools import (
+    CODE_FUNCTIONS,
+    BadInput,
+    CodeFunction,
+    CodeSpec,
+    python_code,
+    shell_action,
+)
 from ..canonical.toolset import ToolOrigin
 from ..containers.runtime import WORKSPACE
 from ..containers.service import ContainerFile, Containers
@@ -88,10 +94,6 @@ _TEXT_EDITOR = FunctionTool(
 )  # fmt: skip
 FUNCTIONS: dict[CodeFunction, FunctionTool] = {"python": _PYTHON, "shell": _SHELL, "bash": _BASH,
                                                "text_editor": _TEXT_EDITOR}  # fmt: skip
-
-
-class BadInput(ValueError):
-    """The model's arguments cannot be read as the function's input (`invalid_tool_input`)."""
 
 
 async def add_code_execution(
@@ -389,39 +391,6 @@ async def _view(
 
 # --- arguments and texts ----------------------------------------------------------------------
 
-_FENCE = re.compile(r"^```[\w+-]*\n(.*?)\n?```\s*$", re.DOTALL)
-
-
-def python_code(arguments: str) -> str:
-    """The code of a `python` call: `{"code": …}`, or the arguments themselves when they are no
-    JSON object (a small model's raw code), a Markdown fence taken off."""
-    value = _json(arguments)
-    code = value.get("code", value.get("input")) if isinstance(value, dict) else value
-    if not isinstance(code, str) or not code.strip():
-        raise BadInput("`code` must be the Python code to run")
-    fenced = _FENCE.match(code.strip())
-    return fenced.group(1) if fenced else code
-
-
-def shell_action(arguments: str) -> tuple[list[str], int | None, int | None]:
-    """A `shell` call's command lines, time limit (ms) and output bound (characters); one
-    command line given as a string is a list of one."""
-    value = _json(arguments)
-    if isinstance(value, str):
-        value = {"commands": [value]}
-    if not isinstance(value, dict):
-        raise BadInput("the arguments must be an object with `commands`")
-    commands = value.get("commands", value.get("command", value.get("cmd")))
-    if isinstance(commands, str):
-        commands = [commands]
-    if (
-        not isinstance(commands, list)
-        or not commands
-        or not all(isinstance(c, str) and c.strip() for c in commands)
-    ):
-        raise BadInput("`commands` must be a list of command lines")
-    return commands, _positive(value.get("timeout_ms")), _positive(value.get("max_output_length"))
-
 
 def shell_text(outputs: Sequence[dict[str, Any]]) -> str:
     """What the model reads of commands' outputs: each one's stdout, stderr and how it ended."""
@@ -454,7 +423,3 @@ def _json(arguments: str) -> Any:
         return json.loads(arguments) if arguments.strip() else {}
     except ValueError:
         return arguments
-
-
-def _positive(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
