@@ -26,6 +26,10 @@ then an `mcp_tool_result` block with what the tool answered as text, `is_error` 
 A tool search the server ran (the `tool_search_tool_*` tools, `tools/tool_search.py`) is a
 `server_tool_use` block named as its tool, then a `tool_search_tool_result` block naming the
 tools found as `tool_reference`s; the model calls those as any client tool, in the same answer.
+A code call (the `code_execution_*` tool, `code_execution.py`) is a `server_tool_use` block named
+`bash_code_execution`, `text_editor_code_execution` or `code_execution`, its input streamed as
+`input_json_delta`, then its result block; the answer names the container they ran in
+(`container`, in `message_delta` and the message).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from ...canonical.ids import new_id
 from ...canonical.server_tools import CITATION
 from ...canonical.toolset import ToolOrigin
 from ...prompting.stop_texts import StopTexts
+from .code_execution import BLOCK_NAMES, RESULT_TYPES, result_content, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +108,14 @@ class MessagesRenderer:
         server_tools: Mapping[str, ToolOrigin] | None = None,
         seal_result: Callable[[str], str] | None = None,
         context_management: dict[str, Any] | None = None,
+        container: dict[str, Any] | None = None,
     ) -> None:
         """`server_tools`: the model-facing names of the tools the server runs, and what each
         stands for (`Turn.served`: a web function, whose kind names its server tool, `web_search`
         or `web_fetch`, or an MCP server's tool);
         `seal_result` seals a search result's text into its `encrypted_content`;
-        `context_management`: the edits applied to the history, for `message_delta` and the message."""
+        `context_management`: the edits applied to the history, for `message_delta` and the message;
+        `container`: the container code execution runs in (`id`, `expires_at`), for the same."""
         self.id = new_id("msg")
         self.model = model
         self.finished = False
@@ -131,9 +138,11 @@ class MessagesRenderer:
         self._server_tools = dict(server_tools or {})
         self._seal_result = seal_result or (lambda text: text)
         self._context_management = context_management
+        self._container = container
         self._server_calls: dict[int, tuple[str, str]] = {}
         """Canonical index of a server-run call of the current generation -> its block's id and
-        server tool (`web_search`, `web_fetch` or `mcp`)."""
+        server tool (`web_search`, `web_fetch`, `tool_search_tool` or `mcp`), or code function
+        (`bash`, `text_editor`, `python`)."""
         self._citations: dict[int, dict[str, Any]] = {}
         self._searches = 0
         self._fetches = 0
@@ -165,6 +174,11 @@ class MessagesRenderer:
                 self._server_calls[event.index] = (block_id, "mcp")
                 return out + self._open_block("mcp_tool_use", {"type": "mcp_tool_use", "id": block_id, "name": origin.name,
                                                                "server_name": origin.namespace or "", "input": {}})  # fmt: skip
+            if origin is not None and origin.kind == "code_execution":
+                block_id = new_id("srvtoolu")
+                self._server_calls[event.index] = (block_id, origin.name)
+                return out + self._open_block("server_tool_use", {"type": "server_tool_use", "id": block_id,
+                                                                  "name": BLOCK_NAMES[origin.name], "input": {}})  # fmt: skip
             if origin is not None:
                 block_id, tool = new_id("srvtoolu"), origin.kind
                 self._server_calls[event.index] = (block_id, tool)
@@ -243,6 +257,8 @@ class MessagesRenderer:
             return out + self._fetch_result(block_id, result, data)
         if tool == "tool_search_tool":
             return out + self._tool_search_result(block_id, result, data)
+        if tool in RESULT_TYPES:
+            return out + self._code_result(block_id, tool, result, data)
         if tool == "mcp":
             text = result.error if result.error is not None else result.output
             block = {"type": "mcp_tool_result", "tool_use_id": block_id, "is_error": result.error is not None,
@@ -275,6 +291,16 @@ class MessagesRenderer:
         out = self._open_block("tool_search_tool_result", {"type": "tool_search_tool_result", "tool_use_id": block_id,
                                                            "content": content})  # fmt: skip
         return out + self._close()
+
+    def _code_result(self, block_id: str, function: str, result: ToolResult, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """A code call's result block; the container's expiry moves with each use."""
+        call = next((block for block in self._blocks if block.get("id") == block_id), {})
+        content = result_content(function, result.error, data, call.get("input") or {})
+        expires = (data.get("container") or {}).get("expires_at")
+        if self._container is not None and isinstance(expires, int):
+            self._container = {**self._container, "expires_at": rfc3339(expires)}
+        block = {"type": RESULT_TYPES[function], "tool_use_id": block_id, "content": content}
+        return self._open_block(block["type"], block) + self._close()
 
     def _fetch_result(self, block_id: str, result: ToolResult, data: dict[str, Any]) -> list[dict[str, Any]]:
         self._fetches += 1
@@ -379,6 +405,8 @@ class MessagesRenderer:
                         "usage": usage}  # fmt: skip
         if self._context_management is not None:
             delta["context_management"] = self.message["context_management"] = self._context_management
+        if self._container is not None:
+            delta["delta"]["container"] = self.message["container"] = self._container
         out += [delta, {"type": "message_stop"}]
         return out
 

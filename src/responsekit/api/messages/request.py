@@ -13,7 +13,7 @@ import base64
 import binascii
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,6 +46,15 @@ from ...files.extract import ExtractionError, extract_text
 from ...orchestration.context_editing import ContextEdit
 from ...orchestration.sealing import Sealer
 from .client_tools import client_tool, is_client_tool
+from .code_execution import (
+    MAX_CODE_CALLS,
+    code_spec,
+    container_of,
+    is_code_execution,
+    is_result,
+    replayed_call,
+    replayed_result,
+)
 from .connector import MAX_MCP_CALLS, mcp_specs
 from .context_management import context_edits
 
@@ -73,6 +82,8 @@ class MessageParams(BaseModel):
     context_management: dict[str, Any] | None = None
     mcp_servers: Any = None
     """The MCP connector's servers (`connector.py`), checked there."""
+    container: Any = None
+    """The container code execution runs in: an id, or `{"id", "skills"}` (`code_execution.py`)."""
 
 
 class CreateMessage(MessageParams):
@@ -102,17 +113,22 @@ class Translation:
     then counts as many)."""
     context_edits: list[ContextEdit] | None = None
     """`context_management`'s edits, applied by the pipeline; None when the request has none."""
+    uploads: list[tuple[str, TextPart]] = field(default_factory=list)
+    """The Files API files of the user's `container_upload` blocks, each with the text the model
+    reads in its place, which the route writes once the file is in the container."""
 
 
 def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool = True,
               web_search: bool = False) -> Translation:  # fmt: skip
     """`web_search`: whether the server has a search engine to run `web_search_*` server tools with."""
-    tools, web, fetch, search = _tools(body.tools or [], web_search)
+    tools, web, fetch, search, code = _tools(body.tools or [], web_search)
+    container = container_of(body.container)
     system = _system(body.system)
     messages: list[Message] = []
     named = {tool.name: tool for tool in tools}
+    uploads: list[tuple[str, TextPart]] | None = [] if code is not None else None
     for position, message in enumerate(body.messages):
-        translated = _message(message, sealer, system, named)
+        translated = _message(message, sealer, system, named, uploads)
         if translated is None:
             log.warning("skipping message %d: %s", position, str(message)[:120])
         messages += translated or []
@@ -146,11 +162,14 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
     toolsets = [(position, tool) for position, tool in enumerate(body.tools or [])
                 if isinstance(tool, dict) and tool.get("type") == "mcp_toolset"]  # fmt: skip
     specs.mcp = mcp_specs(body.mcp_servers, toolsets)
-    if specs.mcp:  # bounded, also beside a web tool without `max_uses`
-        specs.max_tool_calls = MAX_MCP_CALLS + sum(MAX_MCP_CALLS if use is None else use for use in uses)
+    if code is not None:
+        specs.code = [code_spec(code, container)]
+    if specs.mcp or specs.code:  # bounded, also beside a web tool without `max_uses`
+        specs.max_tool_calls = (MAX_MCP_CALLS if specs.mcp else 0) + (MAX_CODE_CALLS if specs.code else 0) + sum(
+            MAX_MCP_CALLS if use is None else use for use in uses)  # fmt: skip
     if search is not None and specs.max_tool_calls is not None:
         specs.max_tool_calls += MAX_TOOL_SEARCHES
-    return Translation(generation, show, stops, specs, edits)
+    return Translation(generation, show, stops, specs, edits, uploads or [])
 
 
 def _without_billing_header(text: str) -> str:
@@ -177,11 +196,13 @@ def _system(system: str | list[Any] | None) -> list[str]:
 
 
 def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict[str, Any] | None,
-                                                        dict[str, Any] | None, ToolSearchMode | None]:  # fmt: skip
+                                                        dict[str, Any] | None, ToolSearchMode | None,
+                                                        dict[str, Any] | None]:  # fmt: skip
     """Client tools as functions, the web search and web fetch server tools when the server runs
-    them (docs/web-search.md), and the tool search tool (`tools/tool_search.py`, run over the
-    deferred tools). The Anthropic-defined tools the client runs (`bash_*`, `text_editor_*`,
-    `computer_*`, `memory_*`) are functions with their documented schemas (`client_tools.py`).
+    them (docs/web-search.md), the tool search tool (`tools/tool_search.py`, run over the
+    deferred tools) and the code execution tool (`code_execution.py`). The Anthropic-defined
+    tools the client runs (`bash_*`, `text_editor_*`, `computer_*`, `memory_*`) are functions
+    with their documented schemas (`client_tools.py`).
     Other server tools have nobody to run them here: left out with a warning.
     A `defer_loading` tool is deferred: offered once a `tool_reference` names it (Claude Code's
     ToolSearch answers with those; `orchestration/tool_search.py`)."""
@@ -189,6 +210,7 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
     web: dict[str, Any] | None = None
     fetch: dict[str, Any] | None = None
     search: ToolSearchMode | None = None
+    code: dict[str, Any] | None = None
     for position, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise APIError(400, "Each tool must be an object.", param=f"tools.{position}", code="invalid_value")
@@ -206,6 +228,11 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
             continue
         if tool.get("type") == "mcp_toolset":  # the MCP connector's (connector.py)
             continue
+        if is_code_execution(tool):
+            if code is not None:
+                raise APIError(400, "Give one code execution tool.", param=f"tools.{position}", code="invalid_value")
+            code = tool
+            continue
         if is_client_tool(tool):  # Anthropic-defined, run by the client: a function (client_tools.py)
             functions.append(client_tool(tool, f"tools.{position}"))
             continue
@@ -221,7 +248,7 @@ def _tools(tools: list[Any], web_search: bool) -> tuple[list[FunctionTool], dict
         functions.append(FunctionTool(name, description if isinstance(description, str) else None, schema,
                                       strict if isinstance(strict, bool) else None,
                                       deferred=tool.get("defer_loading") is True))  # fmt: skip
-    return functions, web, fetch, search
+    return functions, web, fetch, search, code
 
 
 def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
@@ -300,10 +327,12 @@ def _thinking(thinking: dict[str, Any] | None, output: dict[str, Any] | None) ->
 # --- the history -------------------------------------------------------------------------
 
 
-def _message(message: Any, sealer: Sealer, system: list[str], tools: dict[str, FunctionTool]) -> list[Message] | None:
+def _message(message: Any, sealer: Sealer, system: list[str], tools: dict[str, FunctionTool],
+             uploads: list[tuple[str, TextPart]] | None) -> list[Message] | None:  # fmt: skip
     """One Anthropic message as canonical messages (a user turn's tool results become `tool`
     messages); None when nothing of it is usable. System text joins `system`; `tools`: the
-    request's, by name (what a `tool_reference` names)."""
+    request's, by name (what a `tool_reference` names); `uploads` gathers the user's
+    `container_upload` blocks (None: the request has no code execution tool to put them in)."""
     if not isinstance(message, dict):
         return None
     role, content = message.get("role"), message.get("content")
@@ -316,17 +345,26 @@ def _message(message: Any, sealer: Sealer, system: list[str], tools: dict[str, F
         system.append("".join(part.text for part in parts if isinstance(part, TextPart)))
         return []
     if role == "user":
-        return _user(content, tools)
+        return _user(content, tools, uploads)
     if role == "assistant":
         return _assistant(content, sealer, tools)
     return None
 
 
-def _user(blocks: list[Any], tools: dict[str, FunctionTool]) -> list[Message]:
-    """Tool results as `tool` messages, the other blocks as user messages between them, in order."""
+def _user(blocks: list[Any], tools: dict[str, FunctionTool], uploads: list[tuple[str, TextPart]] | None) -> list[Message]:
+    """Tool results as `tool` messages, the other blocks as user messages between them, in order;
+    a `container_upload` block as a note the route completes once its file is in the container."""
     out: list[Message] = []
     parts: list[Part] = []
     for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "container_upload":
+            if uploads is not None and isinstance(block.get("file_id"), str) and block["file_id"]:
+                note = TextPart("")
+                uploads.append((block["file_id"], note))
+                parts.append(note)
+            else:
+                log.warning("skipping a container_upload block: no code execution tool or no file_id")
+            continue
         if isinstance(block, dict) and block.get("type") == "tool_result":
             result = _tool_result(block, tools)
             if result is not None:
@@ -374,7 +412,10 @@ def _assistant(blocks: list[Any], sealer: Sealer, tools: dict[str, FunctionTool]
     model wrote after it is the next assistant message. An MCP call is named by its tool's own
     name (the model knows it as `server__tool` only where two servers share a tool name). A tool
     search the server ran (`server_tool_use` named `tool_search_tool_*`, then its
-    `tool_search_tool_result`) keeps the tools it found offered (`tools`: the request's, by name)."""
+    `tool_search_tool_result`) keeps the tools it found offered (`tools`: the request's, by name).
+    A code call (`server_tool_use` named `bash_code_execution`, `text_editor_code_execution` or
+    `code_execution`, then its result block) is the call and the text the model read
+    (`code_execution.py`)."""
     out: list[Message] = []
     parts: list[Part] = []
     reasoning: list[str] = []
@@ -383,7 +424,9 @@ def _assistant(blocks: list[Any], sealer: Sealer, tools: dict[str, FunctionTool]
     """Server-run calls of the turn waiting for their result block (one without is left out)."""
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "server_tool_use" and block.get("name") == "web_search" and isinstance(block.get("id"), str):
+        if kind == "server_tool_use" and (call := replayed_call(block)) is not None:
+            searches[call.id] = call
+        elif kind == "server_tool_use" and block.get("name") == "web_search" and isinstance(block.get("id"), str):
             query = (block.get("input") or {}).get("query") if isinstance(block.get("input"), dict) else None
             searches[block["id"]] = ToolCall(block["id"], SEARCH, json.dumps({"query": str(query or "")}, ensure_ascii=False))
         elif kind == "server_tool_use" and block.get("name") == "web_fetch" and isinstance(block.get("id"), str):
@@ -402,6 +445,11 @@ def _assistant(blocks: list[Any], sealer: Sealer, tools: dict[str, FunctionTool]
             calls.append(searches.pop(block["tool_use_id"]))
             out.append(Message("assistant", parts, "".join(reasoning) or None, calls))
             out.append(_search_found(block, tools))
+            parts, reasoning, calls = [], [], []
+        elif is_result(block) and block.get("tool_use_id") in searches:
+            calls.append(searches.pop(block["tool_use_id"]))
+            out.append(Message("assistant", parts, "".join(reasoning) or None, calls))
+            out.append(Message("tool", [replayed_result(block, calls[-1])], tool_call_id=block["tool_use_id"]))
             parts, reasoning, calls = [], [], []
         elif (kind in ("web_search_tool_result", "web_fetch_tool_result", "mcp_tool_result")
               and block.get("tool_use_id") in searches):  # fmt: skip

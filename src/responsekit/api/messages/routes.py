@@ -24,6 +24,7 @@ from ..http import JSONResponse, error_envelope, read_body
 from ..models import list_models
 from ..routing import PlainRoute, json_body, plain_post
 from ..streaming import event_stream, unless_disconnected
+from .code_execution import container_body, container_id, put_uploads
 from .context_management import applied_edits
 from .render import MessagesRenderer, error_message
 from .render import error_envelope as anthropic_error
@@ -53,6 +54,9 @@ async def create_message(request: Request) -> Response:
     pipeline, sealer = state.pipeline, state.orchestrator.sealer
     translation = translate(body, sealer, strip_billing_header=state.settings.strip_billing_header,
                             web_search=pipeline.web is not None)  # fmt: skip
+    if translation.uploads:  # in the container before the model runs (code_execution.py)
+        await put_uploads(state.containers, state.vector_stores, asking.owner, translation.server_tools.code[0],
+                          translation.uploads)  # fmt: skip
     # The prompt is counted for `message_start` (exactly on in-process models, which also clamp
     # `max_tokens` to the context left).
     # `context_management`'s edits clear the history first.
@@ -60,10 +64,13 @@ async def create_message(request: Request) -> Response:
     turn = await pipeline.prepare(translation.generation, asking, translation.server_tools, count_prompt=True,
                                   edits=edits or ())  # fmt: skip
     assert turn.input_tokens is not None
+    container = container_id(turn.served)
+    record = None if container is None else await state.containers.get(asking.owner, container)
     renderer = MessagesRenderer(body.model, input_tokens=turn.input_tokens, seal=lambda text: sealer.seal("reasoning", text),
                                 show_thinking=translation.show_thinking, stop_sequences=translation.stop_sequences,
                                 server_tools=turn.served, seal_result=lambda text: sealer.seal("web_search", text),
-                                context_management=None if edits is None else applied_edits(turn.context_edits))  # fmt: skip
+                                context_management=None if edits is None else applied_edits(turn.context_edits),
+                                container=None if record is None else container_body(record))  # fmt: skip
     headers = {CLAMPED_HEADER: str(turn.clamped)} if turn.clamped is not None else {}
     events = pipeline.events(turn, renderer.id)
     if body.stream:
