@@ -485,3 +485,40 @@ def test_the_python_only_version(gateway):
         "content": [],
     }
     assert results[1]["stdout"].strip() == "43", "the kernel keeps its variables"
+
+
+# --- contained: what code and a model's arguments cannot reach ------------------------------------
+
+
+def test_paths_out_of_the_workspace_and_a_flood_of_output_are_contained(gateway):
+    editor = "text_editor_code_execution"
+    gateway.upstream.responder = script(
+        (editor, {"command": "view", "path": "/mnt/data/../../etc/passwd"}),
+        ("bash_code_execution", {"command": "ln -s /etc/passwd /mnt/data/link"}),
+        (editor, {"command": "view", "path": "/mnt/data/link"}),
+        (editor, {"command": "create", "path": "/mnt/data/link", "file_text": "overwritten"}),
+        ("bash_code_execution", {"command": "head -c 200000000 /dev/zero | tr '\\0' x"}),
+    )
+    answer = gateway.post(request())
+    body = message(answer)
+    editor_results = [
+        block["content"] for block in blocks(body, "text_editor_code_execution_tool_result")
+    ]
+    assert [result["type"] for result in editor_results] == [
+        "text_editor_code_execution_tool_result_error"
+    ] * 3
+    assert [result["error_code"] for result in editor_results] == ["invalid_tool_input"] * 3
+    flood = blocks(body, "bash_code_execution_tool_result")[1]["content"]
+    assert flood["type"] == "bash_code_execution_result" and flood["return_code"] == 0
+    assert len(answer.content) < 1_000_000, (
+        "the output is cut to a bound, never megabytes into the answer"
+    )
+    assert len(gateway.upstream.requests[-1]["messages"][-1]["content"]) < 200_000
+    assert "root:" not in answer.text
+
+
+def test_a_tool_choice_naming_the_tool_requires_a_call(gateway):
+    gateway.upstream.responder = script(("bash_code_execution", {"command": "true"}))
+    body = message(gateway.post(request(tool_choice={"type": "tool", "name": "code_execution"})))
+    assert gateway.upstream.requests[0]["tool_choice"] == "required"
+    assert blocks(body, "bash_code_execution_tool_result")[0]["content"]["return_code"] == 0

@@ -140,7 +140,7 @@ def translate(body: MessageParams, sealer: Sealer, *, strip_billing_header: bool
     if not any(message.role != "system" for message in messages):
         raise APIError(400, "No usable message in `messages`.", param="messages", code="invalid_value")
     edits = context_edits(body.context_management)
-    choice, parallel, forced = _tool_choice(body.tool_choice, tools, web, fetch)
+    choice, parallel, forced = _tool_choice(body.tool_choice, tools, web, fetch, code)
     effort, show = _thinking(body.thinking, body.output_config)
     generation = GenerationRequest(model=body.model, messages=messages, tools=tools, tool_choice=choice,
                                    parallel_tool_calls=parallel, reasoning_effort=effort)  # fmt: skip
@@ -268,10 +268,12 @@ def _web_search(tool: dict[str, Any], param: str) -> dict[str, Any]:
 
 
 def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool], web: dict[str, Any] | None = None,
-                 fetch: dict[str, Any] | None = None) -> tuple[ToolChoice, bool | None, str | None]:  # fmt: skip
+                 fetch: dict[str, Any] | None = None,
+                 code: dict[str, Any] | None = None) -> tuple[ToolChoice, bool | None, str | None]:  # fmt: skip
     """The tool choice, parallel calls, and the server-run function it forces. `web`, `fetch`: the
     web search and web fetch server tools the server runs; naming one forces it (Claude Code's
-    WebSearch tool asks so), which the pipeline points at the function's name."""
+    WebSearch tool asks so), which the pipeline points at the function's name. `code`: the code
+    execution tool, whose functions (two of them) a choice naming it requires one of."""
     if choice is None:
         return "auto", None, None
     kind = choice.get("type")
@@ -290,6 +292,8 @@ def _tool_choice(choice: dict[str, Any] | None, tools: list[FunctionTool], web: 
             return "required", parallel, SEARCH
         if fetch is not None and name == fetch.get("name"):
             return "required", parallel, FETCH
+        if code is not None and name == code.get("name"):
+            return "required", parallel, None
         raise APIError(400, f"tool_choice names `{name}`, which is not among the tools.", param="tool_choice",
                        code="invalid_value")  # fmt: skip
     raise APIError(400, f"Invalid tool_choice type: {kind!r}.", param="tool_choice", code="invalid_value")
