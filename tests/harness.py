@@ -476,6 +476,8 @@ def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
         assert event["item_id"] == added[index]["id"]
         if "content_index" in event:
             key: tuple[Any, ...] = (event["item_id"], "content", event["content_index"])
+        elif "command_index" in event:  # a hosted shell's output, command by command
+            key = (event["item_id"], "command", event["command_index"])
         elif "summary_index" in event:
             key = (event["item_id"], "summary", event["summary_index"])
         else:
@@ -489,12 +491,18 @@ def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
             open_parts.discard(key)
             part = event["part"]
             assert part.get("text", part.get("refusal")) == "".join(texts[key])
+        elif kind == "response.shell_call_output_content.delta":
+            texts.setdefault(key, []).append(event["delta"])
+        elif kind == "response.shell_call_output_content.done":
+            for stream in ("stdout", "stderr"):
+                streamed = "".join(delta.get(stream) or "" for delta in texts.get(key, []))  # type: ignore[attr-defined]
+                assert streamed == "".join(output[stream] for output in event["output"]), f"{stream} deltas"
         elif kind.endswith(".delta"):
             if key[1] != "arguments":
                 assert key in open_parts, f"{kind} before its part was added"
             texts.setdefault(key, []).append(event["delta"])
         elif kind.endswith(".done"):
-            final = event.get("text", event.get("arguments", event.get("input", event.get("refusal"))))
+            final = event.get("text", event.get("arguments", event.get("input", event.get("refusal", event.get("code")))))
             assert "".join(texts.get(key, [])) == final, f"deltas of {kind} do not join to the final value"
 
     assert not open_parts

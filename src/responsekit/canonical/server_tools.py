@@ -84,7 +84,8 @@ class ServerToolSpecs:
     tool_search: ToolSearchMode | None = None
     """The tool search the server runs over the request's deferred tools (`tools/tool_search.py`)."""
     forced: str | None = None
-    """The web function the tool choice forces (`SEARCH` or `FETCH`): the first generation must call it."""
+    """The server function the tool choice forces (`SEARCH`, `FETCH`, or a `CodeFunction`):
+    the first generation must call it."""
     max_tool_calls: int | None = None
     """Server-run calls one answer may make before the model must answer without tools."""
     code: list[CodeSpec] = field(default_factory=list)

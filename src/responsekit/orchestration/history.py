@@ -23,8 +23,8 @@ from ..canonical.conversation import (
 )
 from ..canonical.errors import APIError
 from ..canonical.ids import new_id
+from ..canonical.server_tools import CODE_FUNCTIONS, TOOL_SEARCHES, call_of
 from ..canonical.server_tools import NAMESPACE as WEB
-from ..canonical.server_tools import TOOL_SEARCHES, call_of
 from ..canonical.toolset import CUSTOM_INPUT, TOOL_SEARCH, ToolSet
 from ..store import MODEL_READ
 from ..tools.file_search import format_results
@@ -177,6 +177,28 @@ class _HistoryBuilder:
             error = error.get("message") or json.dumps(error.get("content", error), ensure_ascii=False)
         result = f"Error: {error}" if error else str(item.get("output") or "")
         self.messages.append(Message("tool", [TextPart(result)], tool_call_id=call_id))
+
+    def _code_interpreter_call(self, item: dict[str, Any]) -> None:
+        """Code the server ran: the model sees the `python` call and what it read of the run
+        (when the store kept it), else the logs the item keeps (`include`d outputs)."""
+        call_id = str(item.get("id") or new_id("call"))
+        name = next((name for name, origin in self.toolset.origins.items()
+                     if origin.kind == "code_execution" and origin.name == "python"), CODE_FUNCTIONS["python"])  # fmt: skip
+        code = item.get("code") if isinstance(item.get("code"), str) else ""
+        self._assistant_turn(allow_append=True).tool_calls.append(
+            ToolCall(call_id, name, json.dumps({"code": code}, ensure_ascii=False)))  # fmt: skip
+        outputs = [o for o in item.get("outputs") or () if isinstance(o, dict)]
+        logs = "\n".join(str(o.get("logs") or "") for o in outputs if o.get("type") == "logs").strip()
+        images = sum(o.get("type") == "image" for o in outputs)
+        if read := _model_read(item):
+            text = read
+        elif logs or images:
+            text = logs + (f"\n[{images} image(s) displayed to the user]" if images else "")
+        elif item.get("status") == "failed":
+            text = "This code failed; its output was not kept."
+        else:
+            text = "The code ran; its output was not kept."
+        self.messages.append(Message("tool", [TextPart(text.strip())], tool_call_id=call_id))
 
     def _file_search_call(self, item: dict[str, Any]) -> None:
         """A search the server ran: the model sees its queries and the results: as it read them

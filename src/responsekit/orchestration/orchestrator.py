@@ -170,7 +170,7 @@ class Orchestrator:
         pipeline = self.pipeline
         specs = ServerToolSpecs() if request.compaction else request.server_tools
         # A copy: the request's own stays as translated (its leading messages, for compaction).
-        turn = await pipeline.open(replace(request.generation), specs, owner, request.toolset, history)
+        turn = await pipeline.open(replace(request.generation), specs, owner, request.toolset, history + inputs)
         if request.compaction:
             await self._summarizing(turn, history + inputs, owner)
         else:

@@ -197,8 +197,9 @@ class Pipeline:
         history: list[dict[str, Any]] | None = None,
     ) -> Turn:  # fmt: skip
         """Route the model (set on `generation`, which becomes the turn's) and offer the server-run
-        tools beside the client's (`toolset`, else the generation's tools). `history`: a stored
-        conversation, whose MCP listings are reused."""
+        tools beside the client's (`toolset`, else the generation's tools). `history`: the
+        conversation so far (stored and given as input), whose MCP listings are reused, and whose
+        last live container an auto code container is (`tools/code_execution.py`)."""
         upstream, generation.model = await self.router.resolve(generation.model)
         served = specs is not None and bool(specs)
         if not served:
@@ -216,9 +217,11 @@ class Pipeline:
             generation.tools = toolset.offered()
             if not generation.tools:
                 generation.parallel_tool_calls = None
-            if specs is not None and specs.forced is not None and any(origin.name == specs.forced and origin.namespace == NAMESPACE
-                                                for origin in turn.served.values()):  # fmt: skip
-                generation.tool_choice = NamedToolChoice(toolset.model_name(specs.forced, NAMESPACE))
+            forced = specs.forced if specs is not None else None
+            name = next((name for name, origin in turn.served.items() if origin.name == forced and
+                         (origin.namespace == NAMESPACE or origin.kind == "code_execution")), None)  # fmt: skip
+            if name is not None:
+                generation.tool_choice = NamedToolChoice(name)
         return turn
 
     async def _serve(self, turn: Turn, owner: str, history: list[dict[str, Any]]) -> None:

@@ -9,6 +9,7 @@ event (`response.completed`, `.incomplete` or `.failed`).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from ...canonical.events import (
     Usage,
 )
 from ...canonical.ids import new_id
-from ...canonical.server_tools import CITATION, action_of
+from ...canonical.server_tools import CITATION, BadInput, action_of, python_code, shell_action
 from ...canonical.toolset import CUSTOM_INPUT, ToolSet
 from ...orchestration import client_tools
 
@@ -75,12 +76,15 @@ class _Call:
     item: dict[str, Any]
     output_index: int
     kind: str
-    """`function`, `custom`, `builtin`, `file_search`, `web_search`, `mcp` or `mcp_approval`."""
+    """`function`, `custom`, `builtin`, `file_search`, `web_search`, `mcp`, `mcp_approval` or
+    `code_execution`."""
     buffer: list[str] = field(default_factory=list)
     streamed_input: str = ""
     """For custom tools: the part of the `input` string already sent as deltas."""
     function: str = ""
-    """The tool's own name (a web call's says which action it is)."""
+    """The tool's own name (a web call's says which action it is; a code call's, `python` or `shell`)."""
+    commands: list[str] = field(default_factory=list)
+    """A hosted shell call's command lines as far as streamed."""
 
 
 class ResponseRenderer:
@@ -92,15 +96,20 @@ class ResponseRenderer:
         seal: Callable[[str], str] | None = None,
         search_results: bool = False,
         web_sources: bool = False,
+        code_outputs: bool = False,
     ) -> None:
         """`seal`, when given, seals each reasoning text into its item's `encrypted_content`;
         `search_results` puts file_search results in their items, `web_sources` a web search's
-        sources in its action (`include`)."""
+        sources in its action, `code_outputs` a code interpreter call's logs and images in its
+        `outputs` (`include`)."""
         self.response = response
         self._toolset = toolset
         self._seal = seal
         self._search_results = search_results
         self._web_sources = web_sources
+        self._code_outputs = code_outputs
+        self._written: list[dict[str, Any]] = []
+        """Files the code calls of this response wrote: the answer cites them (`_file_citations`)."""
         self._waiting: dict[int, _Call] = {}
         """Server-run calls whose arguments are complete, waiting for their result."""
         self._citations: dict[int, dict[str, Any]] = {}
@@ -263,6 +272,8 @@ class ResponseRenderer:
         text = "".join(message.buffer)
         where = {"item_id": message.id, "output_index": message.output_index, "content_index": len(message.parts)}
         if message.kind == "output_text":
+            if self._written:
+                self._file_citations(out, message, text)
             part = {"type": "output_text", "text": text, "annotations": message.annotations, "logprobs": []}
             out.append(self._event("response.output_text.done", **where, text=text, logprobs=[]))
         else:
@@ -372,6 +383,13 @@ class ResponseRenderer:
         elif kind == "mcp":
             item = {"id": new_id("mcp"), "type": "mcp_call", "status": "in_progress", "server_label": origin.namespace,
                     "name": origin.name, "arguments": "", "output": None, "error": None}  # fmt: skip
+        elif kind == "code_execution" and origin.name == "shell":
+            item = {"id": new_id("sh"), "type": "shell_call", "status": "in_progress", "call_id": event.id,
+                    "action": {"commands": [], "timeout_ms": None, "max_output_length": None},
+                    "environment": {"type": "container_reference", "container_id": origin.container}}  # fmt: skip
+        elif kind == "code_execution":
+            item = {"id": new_id("ci"), "type": "code_interpreter_call", "status": "in_progress", "code": "",
+                    "container_id": origin.container, "outputs": None}  # fmt: skip
         else:
             item = {"id": new_id("mcpr"), "type": "mcp_approval_request", "server_label": origin.namespace,
                     "name": origin.name, "arguments": ""}  # fmt: skip
@@ -384,6 +402,8 @@ class ResponseRenderer:
             out.append(self._event("response.web_search_call.in_progress", **where))
         elif kind == "mcp":
             out.append(self._event("response.mcp_call.in_progress", **where))
+        elif item["type"] == "code_interpreter_call":
+            out.append(self._event("response.code_interpreter_call.in_progress", **where))
 
     def _call_delta(self, out: list[dict[str, Any]], event: ToolCallDelta) -> None:
         call = self._calls.get(event.index)
@@ -394,11 +414,153 @@ class ResponseRenderer:
             kind = "response.function_call_arguments.delta" if call.kind == "function" else "response.mcp_call_arguments.delta"
             out.append(self._event(kind, item_id=call.item["id"], output_index=call.output_index, delta=event.arguments))
             return
+        if call.kind == "code_execution":
+            self._code_delta(out, call, _partial_arguments("".join(call.buffer)))
+            return
         if call.kind != "custom":
             return
         text = _custom_input("".join(call.buffer), partial=True)
         if text is not None and len(text) > len(call.streamed_input) and text.startswith(call.streamed_input):
             self._custom_delta(out, call, text[len(call.streamed_input):])
+
+    def _code_delta(self, out: list[dict[str, Any]], call: _Call, value: Any) -> None:
+        """The code, or the shell's command lines, as far as the model wrote them: the code's
+        deltas (held back while it may be a Markdown fence, which the code run leaves out), each
+        command added, then its deltas."""
+        value = value if isinstance(value, dict) else {}
+        if call.function == "python":
+            code = value.get("code")
+            if isinstance(code, str) and not code.startswith("`") and len(code) > len(call.streamed_input):
+                self._streamed_code(out, call, code[len(call.streamed_input):])
+            return
+        commands = value.get("commands")
+        if not isinstance(commands, list):
+            return
+        for position, command in enumerate(commands):
+            if not isinstance(command, str):
+                return
+            if position == len(call.commands):
+                call.commands.append("")
+                out.append(self._event("response.shell_call_command.added", output_index=call.output_index,
+                                       command_index=position, command=""))  # fmt: skip
+            elif position < len(call.commands) - 1:
+                continue
+            sent = call.commands[position]
+            if len(command) > len(sent) and command.startswith(sent):
+                call.commands[position] = command
+                out.append(self._event("response.shell_call_command.delta", output_index=call.output_index,
+                                       command_index=position, delta=command[len(sent):]))  # fmt: skip
+
+    def _streamed_code(self, out: list[dict[str, Any]], call: _Call, delta: str) -> None:
+        call.streamed_input += delta
+        out.append(self._event("response.code_interpreter_call_code.delta", item_id=call.item["id"],
+                               output_index=call.output_index, delta=delta))  # fmt: skip
+
+    def _code_end(self, out: list[dict[str, Any]], index: int, call: _Call, arguments: str, status: str) -> None:
+        """The code (or commands) complete: the call runs next, its item waiting for the result
+        (a shell call's item is done now, its output an item of its own)."""
+        item, where = call.item, {"item_id": call.item["id"], "output_index": call.output_index}
+        if call.function == "shell":
+            try:
+                commands, timeout_ms, max_length = shell_action(arguments)
+            except BadInput:
+                commands, timeout_ms, max_length = [], None, None
+            for position, command in enumerate(commands):
+                if position >= len(call.commands):
+                    call.commands.append("")
+                    out.append(self._event("response.shell_call_command.added", output_index=call.output_index,
+                                           command_index=position, command=""))  # fmt: skip
+                sent = call.commands[position]
+                if command != sent and command.startswith(sent):
+                    out.append(self._event("response.shell_call_command.delta", output_index=call.output_index,
+                                           command_index=position, delta=command[len(sent):]))  # fmt: skip
+                out.append(self._event("response.shell_call_command.done", output_index=call.output_index,
+                                       command_index=position, command=command))  # fmt: skip
+            item["action"] = {"commands": commands, "timeout_ms": timeout_ms, "max_output_length": max_length}
+            item["status"] = status if status == "completed" else "incomplete"
+            self._done(out, call.output_index, item)
+            if status == "completed":
+                self._waiting[index] = call
+            return
+        try:
+            code = python_code(arguments)
+        except BadInput:
+            code = arguments
+        if code.startswith(call.streamed_input) and len(code) > len(call.streamed_input):
+            self._streamed_code(out, call, code[len(call.streamed_input):])
+        item["code"] = code
+        out.append(self._event("response.code_interpreter_call_code.done", **where, code=code))
+        if status != "completed":
+            item["status"] = "incomplete"
+            self._done(out, call.output_index, item)
+            return
+        item["status"] = "interpreting"
+        out.append(self._event("response.code_interpreter_call.interpreting", **where))
+        self._waiting[index] = call
+
+    def _code_result(self, out: list[dict[str, Any]], call: _Call, result: ToolResult) -> None:
+        """A code call's result: the code interpreter call completed (its logs and images in
+        `outputs` when included), or the shell's `shell_call_output` item."""
+        data = result.data or {}
+        self._written += [{**file, "container_id": (data.get("container") or {}).get("id")}
+                          for file in data.get("files") or ()]  # fmt: skip
+        if call.function == "shell":
+            self._shell_output(out, call, result, data)
+            return
+        item, where = call.item, {"item_id": call.item["id"], "output_index": call.output_index}
+        self.reads[item["id"]] = result.read
+        item["status"] = "failed" if result.error else "completed"
+        if self._code_outputs:
+            logs = data.get("logs") if isinstance(data.get("logs"), str) else result.read
+            outputs: list[dict[str, Any]] = [{"type": "logs", "logs": logs}] if logs else []
+            outputs += [{"type": "image", "url": f"data:image/png;base64,{image}"} for image in data.get("images") or ()]
+            item["outputs"] = outputs
+        # The API has no `.failed` event for code interpreter calls: `.completed` ends the call,
+        # its item's status says how (as a web search's).
+        out.append(self._event("response.code_interpreter_call.completed", **where))
+        self._done(out, call.output_index, item)
+
+    def _shell_output(self, out: list[dict[str, Any]], call: _Call, result: ToolResult, data: dict[str, Any]) -> None:
+        """The `shell_call_output` item of a hosted shell call: each command's stdout, stderr and
+        outcome, streamed as `response.shell_call_output_content.*` events, one command each."""
+        outputs = [{"stdout": str(output.get("stdout") or ""), "stderr": str(output.get("stderr") or ""),
+                    "outcome": {"type": "timeout"} if output.get("timed_out") else
+                    {"type": "exit", "exit_code": int(output.get("exit_code") or 0)}}
+                   for output in data.get("outputs") or () if isinstance(output, dict)]  # fmt: skip
+        if result.error and not outputs:  # the commands never ran: what the model read, as stderr
+            outputs = [{"stdout": "", "stderr": result.read, "outcome": {"type": "exit", "exit_code": 1}}]
+        item = {"id": new_id("sho"), "type": "shell_call_output", "status": "in_progress",
+                "call_id": call.item["call_id"], "output": [],
+                "max_output_length": call.item["action"].get("max_output_length")}  # fmt: skip
+        index = self._reserve()
+        out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
+        where = {"item_id": item["id"], "output_index": index}
+        for position, output in enumerate(outputs):
+            if output["stdout"] or output["stderr"]:
+                out.append(self._event("response.shell_call_output_content.delta", **where, command_index=position,
+                                       delta={"stdout": output["stdout"], "stderr": output["stderr"]}))  # fmt: skip
+            out.append(self._event("response.shell_call_output_content.done", **where, command_index=position,
+                                   output=[output]))  # fmt: skip
+        item["output"], item["status"] = outputs, "completed" if data.get("outputs") else "incomplete"
+        self._done(out, index, item)
+
+    def _file_citations(self, out: list[dict[str, Any]], message: _Message, text: str) -> None:
+        """The files this response's code wrote, as `container_file_citation` annotations: where
+        the answer names one (`sandbox:/mnt/data/…`, the path, else its name), else at the
+        answer's end, so a client finds every file the code made."""
+        where = {"item_id": message.id, "output_index": message.output_index, "content_index": len(message.parts)}
+        for file in self._written:
+            spans = [(m.start(), m.end()) for m in re.finditer(r"(?:sandbox:)?" + re.escape(file["path"]), text)]
+            if not spans and (found := text.find(file["filename"])) >= 0:
+                spans = [(found, found + len(file["filename"]))]
+            for start, end in spans or [(len(text), len(text))]:
+                annotation = {"type": "container_file_citation", "container_id": file["container_id"],
+                              "file_id": file["file_id"], "filename": file["filename"], "start_index": start,
+                              "end_index": end}  # fmt: skip
+                out.append(self._event("response.output_text.annotation.added", **where,
+                                       annotation_index=len(message.annotations), annotation=annotation))  # fmt: skip
+                message.annotations.append(annotation)
+        self._written = []
 
     def _custom_delta(self, out: list[dict[str, Any]], call: _Call, delta: str) -> None:
         call.streamed_input += delta
@@ -415,6 +577,9 @@ class ResponseRenderer:
         arguments = "".join(call.buffer)
         if call.kind == "builtin":
             self._builtin_end(out, call, arguments, status)
+            return
+        if call.kind == "code_execution":
+            self._code_end(out, index, call, arguments, status)
             return
         where = {"item_id": item["id"], "output_index": call.output_index}
         if call.kind == "custom":
@@ -501,6 +666,9 @@ class ResponseRenderer:
         where = {"item_id": item["id"], "output_index": call.output_index}
         if call.kind in ("file_search", "web_search"):
             self.reads[item["id"]] = result.read
+        if call.kind == "code_execution":
+            self._code_result(out, call, result)
+            return
         if call.kind == "tool_search_tool":
             item["status"] = "incomplete" if result.error else "completed"
             self._done(out, call.output_index, item)
@@ -651,6 +819,14 @@ def resumed(response: dict[str, Any], stored: list[dict[str, Any]]) -> ResponseR
     renderer = ResponseRenderer(response, ToolSet(), stored[-1]["sequence_number"] + 1 if stored else 0)
     renderer.resume({e["output_index"]: e["item"] for e in stored if e["type"] == "response.output_item.done"})
     return renderer
+
+
+def _partial_arguments(arguments: str) -> Any:
+    """Arguments as far as the model wrote them (a trailing string kept as it is so far)."""
+    try:
+        return jiter.from_json(arguments.encode(), partial_mode="trailing-strings")
+    except ValueError:
+        return None
 
 
 def _custom_input(arguments: str, *, partial: bool) -> str | None:

@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ...canonical.conversation import GenerationRequest, Message, TextPart
 from ...canonical.errors import APIError
 from ...canonical.ids import new_id
-from ...canonical.server_tools import SEARCH, ServerToolSpecs, check_spec
+from ...canonical.server_tools import SEARCH, CodeSpec, ServerToolSpecs, check_spec
 from ...canonical.toolset import ToolSet
+from ...orchestration import client_tools
 from ...orchestration.orchestrator import ResponseRequest
 from ...orchestration.sealing import Sealer
 from .compaction import CompactionRenderer
@@ -137,11 +138,12 @@ def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) ->
             and tool.get("type") in WEB_SEARCH_TOOL_TYPES] if web_search else []  # fmt: skip
     for position, tool in webs:
         check_spec(tool, f"tools[{position}]")
+    code = _code_specs(body.tools)
     toolset = translate_tools(body.tools, web_search)
     generation = GenerationRequest(
         model=body.model,
         messages=[Message("system", [TextPart(body.instructions)])] if body.instructions else [],
-        tool_choice=translate_tool_choice(body.tool_choice, toolset, bool(webs)),
+        tool_choice=translate_tool_choice(body.tool_choice, toolset, bool(webs), _code_types(code)),
         parallel_tool_calls=body.parallel_tool_calls,
         response_format=_response_format(body.text),
         max_output_tokens=body.max_output_tokens,
@@ -154,7 +156,8 @@ def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) ->
     seal = partial(sealer.seal, "reasoning") if "reasoning.encrypted_content" in body.include else None
     renderer = partial(ResponseRenderer, initial_response(body, toolset), seal=seal,
                        search_results="file_search_call.results" in body.include,
-                       web_sources="web_search_call.action.sources" in body.include)  # fmt: skip
+                       web_sources="web_search_call.action.sources" in body.include,
+                       code_outputs="code_interpreter_call.outputs" in body.include)  # fmt: skip
     items, compaction = _without_trigger(body.input_items)
     if compaction:
         renderer = partial(CompactionRenderer, initial_response(body, toolset),
@@ -175,9 +178,9 @@ def translate(body: CreateResponse, sealer: Sealer, web_search: bool = False) ->
                                       and tool.get("execution") in (None, "server") for tool in body.tools) else None,
             file_search=searches[0] if searches else None,
             mcp=mcp,
-            forced=SEARCH if isinstance(body.tool_choice, dict) and body.tool_choice.get("type") in WEB_SEARCH_TOOL_TYPES
-            else None,
+            forced=_forced(body.tool_choice, code),
             max_tool_calls=body.max_tool_calls,
+            code=code,
         ),
         truncation=body.truncation == "auto",
         compact_threshold=body.compact_threshold,
@@ -197,6 +200,55 @@ def _without_trigger(items: list[Any]) -> tuple[list[Any], bool]:
         raise APIError(400, "The 'compaction_trigger' item must be the final input item.",
                        param=f"input[{triggers[0]}]", code="invalid_value")  # fmt: skip
     return items[:-1], True
+
+
+def _code_specs(tools: list[Any]) -> list[CodeSpec]:
+    """The code the server runs: `code_interpreter` (`python`, in its `container`) and the
+    hosted `shell` tool (`shell`, in its `container_auto` or `container_reference` environment),
+    each `container` checked for its shape here (a 400), its owner when the tools are prepared."""
+    specs = []
+    for position, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "code_interpreter":
+            param, container, functions = f"tools[{position}].container", tool.get("container"), ("python",)
+            kinds: tuple[str, ...] = ("auto",)
+        elif tool.get("type") == "shell" and not client_tools.client_run(tool):
+            param, container, functions = f"tools[{position}].environment", tool.get("environment"), ("shell",)
+            kinds = ("container_auto", "container_reference")
+        else:
+            continue
+        if container is None:
+            raise APIError(400, f"Missing required parameter: '{param}'.", param=param,
+                           code="missing_required_parameter")  # fmt: skip
+        if not (isinstance(container, str) and container and functions == ("python",)) and not (
+                isinstance(container, dict) and container.get("type") in kinds):  # fmt: skip
+            shapes = "a container id or {\"type\": \"auto\"}" if functions == ("python",) else (
+                "{\"type\": \"container_auto\"} or {\"type\": \"container_reference\", \"container_id\": ...}")
+            raise APIError(400, f"`{param}` must be {shapes}.", param=param, code="invalid_value")
+        if isinstance(container, dict) and container.get("type") == "container_reference" and not (
+                isinstance(container.get("container_id"), str) and container["container_id"]):  # fmt: skip
+            raise APIError(400, f"Missing required parameter: '{param}.container_id'.", param=f"{param}.container_id",
+                           code="missing_required_parameter")  # fmt: skip
+        specs.append(CodeSpec(container, functions, param=param))
+    return specs
+
+
+def _code_types(code: list[CodeSpec]) -> frozenset[str]:
+    """The hosted tool types the code specs serve (`code_interpreter`, `shell`)."""
+    return frozenset("code_interpreter" if "python" in spec.functions else "shell" for spec in code)
+
+
+def _forced(choice: Any, code: list[CodeSpec]) -> str | None:
+    """The server function a tool choice forces: a web search, or the code tool it names."""
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind in WEB_SEARCH_TOOL_TYPES:
+        return SEARCH
+    if kind == "code_interpreter" and "code_interpreter" in _code_types(code):
+        return "python"
+    if kind == "shell" and "shell" in _code_types(code):
+        return "shell"
+    return None
 
 
 def _mcp_specs(tools: list[Any]) -> list[tuple[int, dict[str, Any]]]:

@@ -8,8 +8,9 @@ offered as a function whose calls come back as `tool_search_call` items; one the
 (`execution: "server"`) is the orchestrator's (`tools/tool_search.py`). The built-in tools the
 client runs (`shell` with a local environment, `local_shell`, `apply_patch`, the computer tools)
 are offered as functions whose calls come back as their typed items
-(`orchestration/client_tools.py`). Hosted tools that no component of this server runs are
-dropped with a warning (web search without a configured provider, for one).
+(`orchestration/client_tools.py`); `code_interpreter` and the `shell` tool with a container
+environment are the server's (`tools/code_execution.py`). Hosted tools that no component of this
+server runs are dropped with a warning (web search without a configured provider, for one).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from ...canonical.conversation import FunctionTool, NamedToolChoice, ToolChoice
 from ...canonical.errors import APIError
 from ...canonical.server_tools import ACTIONS as WEB_FUNCTIONS
+from ...canonical.server_tools import CODE_FUNCTIONS
 from ...canonical.server_tools import NAMESPACE as WEB
 from ...canonical.toolset import CUSTOM_INPUT, TOOL_SEARCH, ToolOrigin, ToolSet
 from ...orchestration import client_tools
@@ -34,7 +36,7 @@ HOSTED_TOOL_TYPES = frozenset({
 """Tool types of the API that are not client functions (echoed in the Response, not offered)."""
 WEB_SEARCH_TOOL_TYPES = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview",
                                    "web_search_preview_2025_03_11"})  # fmt: skip
-SERVED_TOOL_TYPES = frozenset({"file_search", "mcp", "tool_search"})
+SERVED_TOOL_TYPES = frozenset({"file_search", "mcp", "tool_search", "code_interpreter", "shell"})
 """Hosted tools the orchestrator runs itself (`tools/`); web search too when a provider is configured."""
 
 
@@ -74,10 +76,13 @@ def translate_tools(tools: list[Any], web_search: bool = False) -> ToolSet:
     return toolset
 
 
-def translate_tool_choice(choice: Any, toolset: ToolSet, web_search: bool = False) -> ToolChoice:
+def translate_tool_choice(
+    choice: Any, toolset: ToolSet, web_search: bool = False, code: frozenset[str] = frozenset()
+) -> ToolChoice:
     """The canonical tool choice; `allowed_tools` limits the tools offered (`toolset.allowed`).
-    A web search forced (`{"type": "web_search"}`) is `required` here; the orchestrator names
-    the search function once it is offered (`ServerToolSpecs.forced`)."""
+    A web search forced (`{"type": "web_search"}`), or a code tool the server runs (`code`:
+    `code_interpreter`, `shell`), is `required` here; the orchestrator names the function once
+    it is offered (`ServerToolSpecs.forced`)."""
     if choice is None or choice in ("auto", "none", "required"):
         return choice or "auto"
     if not isinstance(choice, dict):
@@ -102,8 +107,10 @@ def translate_tool_choice(choice: Any, toolset: ToolSet, web_search: bool = Fals
         if web_search and any(tool.get("type") in WEB_SEARCH_TOOL_TYPES for tool in listed):
             # The web functions are named once the orchestrator adds them: under either name they may get.
             toolset.allowed |= {name for function in WEB_FUNCTIONS for name in (function, f"{WEB}__{function}")}
+        toolset.allowed |= {CODE_FUNCTIONS["python" if tool.get("type") == "code_interpreter" else "shell"]
+                            for tool in listed if tool.get("type") in code}  # fmt: skip
         return mode
-    if kind in WEB_SEARCH_TOOL_TYPES and web_search:
+    if kind in WEB_SEARCH_TOOL_TYPES and web_search or kind in code:
         return "required"
     if name := _builtin(toolset, kind):
         return NamedToolChoice(name)
