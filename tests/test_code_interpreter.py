@@ -21,6 +21,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from agents import Agent, CodeInterpreterTool, OpenAIResponsesModel, Runner, set_tracing_disabled
+from agents.items import ToolCallItem
+from openai import AsyncOpenAI
+from openai.types.responses import ResponseCodeInterpreterToolCall
 
 from responsekit.app import create_app
 from responsekit.config import SandboxLimits, Settings, UpstreamConfig
@@ -332,3 +336,77 @@ def test_a_shell_command_past_its_time_is_a_timeout_outcome(server):
     assert call.environment.type == "container_reference"
     assert output.type == "shell_call_output" and output.output[0].outcome.type == "timeout"
     assert "[timed out]" in tool_messages(server.upstream.requests[-1])[0]
+
+
+# --- clients and models -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_agents_sdks_code_interpreter_tool(server, streamed):
+    """The Agents SDK's `CodeInterpreterTool` end to end: the code runs, the run's items hold the
+    typed call, and the final answer reads the result; the second turn of the agent (the whole
+    history as input) continues in the same container."""
+    set_tracing_disabled(True)
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return text_exchange(f"The code printed {str(last['content']).strip()}.")
+        turn = sum(m["role"] == "user" for m in body["messages"])
+        return python_call("total = 6 * 7\nprint(total)" if turn == 1 else "print(total + 1)", f"call_{turn}")
+
+    server.upstream.responder = respond
+
+    async def main() -> list[Any]:
+        client = AsyncOpenAI(base_url=server.base_url, api_key=KEYS[0], max_retries=0)
+        model = OpenAIResponsesModel(model="test-model", openai_client=client)
+        tool = CodeInterpreterTool(tool_config={"type": "code_interpreter", "container": {"type": "auto"}})
+        agent = Agent(name="analyst", instructions="Use Python.", tools=[tool], model=model)
+        results = []
+        history: Any = "Compute 6 times 7."
+        for _ in range(2):
+            if streamed:
+                run = Runner.run_streamed(agent, history)
+                async for _ in run.stream_events():
+                    pass
+                result: Any = run
+            else:
+                result = await Runner.run(agent, history)
+            results.append(result)
+            history = result.to_input_list() + [{"role": "user", "content": "And one more?"}]
+        return results
+
+    first, second = asyncio.run(main())
+    assert first.final_output == "The code printed 42."
+    assert second.final_output == "The code printed 43.", "the same kernel, found from the replayed call"
+    calls = [item.raw_item for item in first.new_items if isinstance(item, ToolCallItem)]
+    assert len(calls) == 1 and isinstance(calls[0], ResponseCodeInterpreterToolCall)
+    assert calls[0].code == "total = 6 * 7\nprint(total)" and calls[0].status == "completed"
+    later = [item.raw_item for item in second.new_items if isinstance(item, ToolCallItem)]
+    assert later[0].container_id == calls[0].container_id
+
+
+def test_the_in_process_default_model_with_code_interpreter_offered(sandbox, gemma_gguf):  # noqa: F811
+    """The embedded Gemma 3 270M, a base model, may or may not call `python`: offered it, the
+    request completes without error and every event validates, streamed and not."""
+    from responsekit.backends.default_model import DEFAULT_MODEL_NAME
+    from responsekit.config import LocalModel
+
+    model = LocalModel(name=DEFAULT_MODEL_NAME, path=gemma_gguf, context=2048, max_output_tokens=48)
+    settings = Settings(probe=False, data_dir=sandbox, database_url=f"sqlite:///{sandbox / 'state.db'}",
+                        models=[model])  # fmt: skip
+    body = {"model": DEFAULT_MODEL_NAME, "input": "Use python to compute 12 * 12.", "tools": [AUTO],
+            "include": ["code_interpreter_call.outputs"], "max_tool_calls": 2}  # fmt: skip
+    with serve(create_app(settings)) as url:
+        answer = httpx.post(f"{url}/v1/responses", json=body, timeout=300)
+        assert answer.status_code == 200, answer.text
+        response = check_response(answer.json())
+        assert response.status in ("completed", "incomplete") and response.error is None
+        with httpx.stream("POST", f"{url}/v1/responses", json={**body, "stream": True}, timeout=300) as streamed:
+            events, done = read_sse(streamed.iter_lines())
+        assert done
+        final = check_stream(events)
+        assert final["status"] in ("completed", "incomplete") and final["error"] is None
+        for item in final["output"]:
+            if item["type"] == "code_interpreter_call":
+                assert item["container_id"].startswith("cntr_") and item["status"] in ("completed", "failed")
