@@ -31,7 +31,7 @@ from responsekit.config import SandboxLimits, Settings, UpstreamConfig
 from .conftest import DATABASES
 from .harness import ScriptedUpstream, serve, text_exchange, tool_call_exchange
 from .test_containers import sandbox_or_skip
-from .test_messages import anthropic_error, check_events
+from .test_messages import anthropic_error, check_events, fold
 
 KEYS = ("key-one", "key-two")
 BETA = "code-execution-2025-08-25"
@@ -283,6 +283,9 @@ def test_text_editor_create_view_edit_and_an_output_file(gateway):
     assert read[0] == "Created /mnt/data/notes.txt."
     assert read[1] == "     1\talpha\n     2\tbeta\n     3\tgamma"
     assert read[2] == "Replaced the text at line 2 of /mnt/data/notes.txt."
+    assert results_of(fold(gateway.stream(request()))) == results_of(body), (
+        "streamed, the same blocks"
+    )
 
 
 def test_error_codes(gateway):
@@ -312,6 +315,19 @@ def test_error_codes(gateway):
     }
     read = tool_results(gateway.upstream, 4)
     assert read[0].startswith("Error: ") and read[1].startswith("Error: The command was stopped")
+    # Streamed, the same blocks.
+    assert results_of(fold(gateway.stream(request()))) == results_of(body)
+
+
+def results_of(body: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Each block's type, and a result block's content (its output files' ids left out)."""
+    kept = []
+    for block in body["content"]:
+        content = block.get("content")
+        if isinstance(content, dict) and "content" in content:
+            content = {**content, "content": len(content["content"])}
+        kept.append((block["type"], content if block["type"].endswith("_tool_result") else None))
+    return kept
 
 
 # --- the container ---------------------------------------------------------------------------
