@@ -410,3 +410,65 @@ def test_the_in_process_default_model_with_code_interpreter_offered(sandbox, gem
         for item in final["output"]:
             if item["type"] == "code_interpreter_call":
                 assert item["container_id"].startswith("cntr_") and item["status"] in ("completed", "failed")
+
+
+# --- attacks through the tools ----------------------------------------------------------------
+
+PROBE = """import os, socket
+seen = dict()
+for path in ({db!r}, '/etc/shadow', '/root', {data!r}):
+    try:
+        seen[path] = 'READ ' + str(len(os.listdir(path) if os.path.isdir(path) else open(path, 'rb').read()))
+    except Exception as exc:
+        seen[path] = type(exc).__name__
+for port in ({port}, 5432):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(('127.0.0.1', port))
+        seen[port] = 'CONNECTED'
+    except Exception as exc:
+        seen[port] = type(exc).__name__
+print(seen)
+print(open('/proc/1/environ', 'rb').read().replace(b'\\0', b' ').decode())
+print(sorted(os.environ.items()))
+"""
+
+
+def test_attacks_through_the_code_tools_are_results_the_model_reads(sandbox, database_url):  # noqa: F811
+    """Reading the gateway's database, data folder or the host's files, reaching its port or a
+    loopback service, its keys in the environment; a fork bomb, a memory bomb and 100 MB of output:
+    each a result the model reads, bounded, and the gateway and the container go on."""
+    limits = SandboxLimits(wall_seconds=5, processes=64, output_bytes=4096)
+    with gateway(database_url, sandbox, sandbox_limits=limits) as server:
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+        probe = PROBE.format(db=str(sandbox / "state.db"), data=str(sandbox), port=port)
+        server.upstream.push(
+            python_call(probe, "call_1"),
+            python_call("x = bytearray(3 << 30)\nprint(len(x))", "call_2"),
+            python_call("print('still', 1 + 1)", "call_3"),
+            text_exchange("Done."),
+        )  # fmt: skip
+        events = server.stream(input="Probe.", tools=[AUTO], include=["code_interpreter_call.outputs"])
+        assert events[-1]["response"]["status"] == "completed"
+        read, memory, after = tool_messages(server.upstream.requests[-1])
+        assert "READ" not in read and "CONNECTED" not in read, read
+        assert KEYS[0] not in read and KEYS[1] not in read and "RESPONSEKIT" not in read
+        assert "MemoryError" in memory or "memory" in memory.lower(), memory
+        assert after.strip().endswith("still 2"), after
+
+        container = events[-1]["response"]["output"][0]["container_id"]
+        shell = {"type": "shell", "environment": {"type": "container_reference", "container_id": container}}
+        server.upstream.push(
+            tool_call_exchange("shell", {"commands": ["head -c 100000000 /dev/zero | tr '\\0' a",
+                                                      "f() { f | f & }; f; sleep 2", "echo alive"]}),
+            text_exchange("Done."),
+        )  # fmt: skip
+        response = server.create(input="Flood.", tools=[shell])
+        flood, bomb, alive = response["output"][1]["output"]
+        assert len(flood["stdout"]) < 4096 + 200 and "output cut" in flood["stdout"]
+        assert bomb["outcome"]["type"] in ("exit", "timeout")
+        assert alive == {"stdout": "alive\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
+        assert len(tool_messages(server.upstream.requests[-1])[0]) < 3 * 4096 + 1000
+        # the gateway goes on
+        assert httpx.get(f"{server.base_url.removesuffix('/v1')}/health", timeout=10).status_code == 200
