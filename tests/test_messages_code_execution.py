@@ -248,6 +248,16 @@ def test_text_editor_create_view_edit_and_an_output_file(gateway):
                 "new_str": "BETA",
             },
         ),
+        (
+            editor,
+            {
+                "command": "insert",
+                "path": "/mnt/data/notes.txt",
+                "insert_line": 1,
+                "new_str": "inserted",
+            },
+        ),
+        (editor, {"command": "view", "path": "/mnt/data/notes.txt", "view_range": [2, 3]}),
         (editor, {"command": "create", "path": "/mnt/data/notes.txt", "file_text": "one"}),
         (
             "bash_code_execution",
@@ -264,7 +274,11 @@ def test_text_editor_create_view_edit_and_an_output_file(gateway):
                           "file_type": "text", "num_lines": 3, "start_line": 1, "total_lines": 3}  # fmt: skip
     assert results[2] == {"type": "text_editor_code_execution_str_replace_result", "old_start": 2, "old_lines": 1,
                           "new_start": 2, "new_lines": 1, "lines": ["BETA"]}  # fmt: skip
-    assert results[3] == {
+    assert results[3] == {"type": "text_editor_code_execution_str_replace_result", "old_start": 2, "old_lines": 0,
+                          "new_start": 2, "new_lines": 1, "lines": ["inserted"]}  # fmt: skip
+    assert results[4] == {"type": "text_editor_code_execution_view_result", "content": "inserted\nBETA",
+                          "file_type": "text", "num_lines": 2, "start_line": 2, "total_lines": 4}  # fmt: skip
+    assert results[5] == {
         "type": "text_editor_code_execution_create_result",
         "is_file_update": True,
     }
@@ -279,10 +293,11 @@ def test_text_editor_create_view_edit_and_an_output_file(gateway):
     )
     assert content.read() == b"x,y\n1,2\n"
     # What the model read: the numbered view, the edit's outcome.
-    read = tool_results(gateway.upstream, 5)
+    read = tool_results(gateway.upstream, 7)
     assert read[0] == "Created /mnt/data/notes.txt."
     assert read[1] == "     1\talpha\n     2\tbeta\n     3\tgamma"
     assert read[2] == "Replaced the text at line 2 of /mnt/data/notes.txt."
+    assert read[4] == "     2\tinserted\n     3\tBETA"
     assert results_of(fold(gateway.stream(request()))) == results_of(body), (
         "streamed, the same blocks"
     )
@@ -447,14 +462,18 @@ def test_container_upload_puts_a_file_in_the_container(gateway):
 # --- a replayed history -------------------------------------------------------------------------
 
 
+EDITS = [
+    ("bash_code_execution", {"command": "echo 42"}),
+    ("text_editor_code_execution", {"command": "create", "path": "/mnt/data/a.py", "file_text": "x = 1\ny = 2"}),
+    ("text_editor_code_execution", {"command": "str_replace", "path": "/mnt/data/a.py", "old_str": "y", "new_str": "z"}),
+    ("text_editor_code_execution", {"command": "insert", "path": "/mnt/data/a.py", "insert_line": 0, "new_str": "# a"}),
+    ("text_editor_code_execution", {"command": "view", "path": "/mnt/data/a.py"}),
+    ("text_editor_code_execution", {"command": "view", "path": "/mnt/data/none.py"}),
+]  # fmt: skip
+
+
 def test_a_replayed_history_reaches_the_engine(gateway):
-    gateway.upstream.responder = script(
-        ("bash_code_execution", {"command": "echo 42"}),
-        (
-            "text_editor_code_execution",
-            {"command": "create", "path": "/mnt/data/a.py", "file_text": "print(1)"},
-        ),
-    )
+    gateway.upstream.responder = script(*EDITS)
     first = gateway.anthropic().beta.messages.create(**request("Compute."), betas=[BETA])
     history = [
         {"role": "user", "content": "Compute."},
@@ -468,14 +487,16 @@ def test_a_replayed_history_reaches_the_engine(gateway):
     assert [block.type for block in follow.content] == ["text"]
     sent = gateway.upstream.requests[-1]["messages"]
     calls = [call for m in sent if m["role"] == "assistant" for call in m.get("tool_calls") or ()]
-    assert [(call["function"]["name"], json.loads(call["function"]["arguments"])) for call in calls] == [
-        ("bash_code_execution", {"command": "echo 42"}),
-        ("text_editor_code_execution", {"command": "create", "path": "/mnt/data/a.py", "file_text": "print(1)"})]  # fmt: skip
+    assert [
+        (call["function"]["name"], json.loads(call["function"]["arguments"])) for call in calls
+    ] == EDITS
     answers = [m for m in sent if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in answers] == [call["id"] for call in calls]
-    # As the model read them when they ran.
-    assert [m["content"] for m in answers] == tool_results(gateway.upstream, 2)
+    # As the model read them when they ran (a failure in Anthropic's words: its message is kept).
+    assert [m["content"] for m in answers] == tool_results(gateway.upstream, len(EDITS))
     assert answers[0]["content"] == "[stdout]\n42\n[exit code 0]"
+    assert answers[4]["content"] == "     1\t# a\n     2\tx = 1\n     3\tz = 2"
+    assert answers[5]["content"].startswith("Error: ")
 
 
 # --- the Python-only version -------------------------------------------------------------------------

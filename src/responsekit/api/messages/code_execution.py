@@ -38,11 +38,10 @@ Anthropic documents no bound; an open model that keeps calling must not loop for
 connector's calls are bounded the same way). It adds to the other server tools' budgets."""
 
 BLOCK_NAMES: dict[str, str] = {"python": "code_execution", "bash": "bash_code_execution",
-                                        "text_editor": "text_editor_code_execution"}  # fmt: skip
+                               "text_editor": "text_editor_code_execution"}  # fmt: skip
 """Each code function -> the `name` of its calls' `server_tool_use` blocks."""
-RESULT_TYPES: dict[str, str] = {"python": "code_execution_tool_result",
-                                         "bash": "bash_code_execution_tool_result",
-                                         "text_editor": "text_editor_code_execution_tool_result"}  # fmt: skip
+RESULT_TYPES: dict[str, str] = {"python": "code_execution_tool_result", "bash": "bash_code_execution_tool_result",
+                                "text_editor": "text_editor_code_execution_tool_result"}  # fmt: skip
 """Each code function -> the type of its result blocks."""
 FUNCTIONS: dict[str, CodeFunction] = {"code_execution": "python", "bash_code_execution": "bash",
                                       "text_editor_code_execution": "text_editor"}  # fmt: skip
@@ -168,9 +167,8 @@ def result_content(
             "type": "text_editor_code_execution_create_result",
             "is_file_update": bool(data.get("is_file_update")),
         }
-    if (
-        command == "insert"
-    ):  # no result type of its own: the lines added, as a hunk that replaced none
+    # `insert` has no result type of its own: the lines added, as a hunk that replaced none.
+    if command == "insert":
         added = str(call.get("new_str") or "").split("\n")
         line = call.get("insert_line") if isinstance(call.get("insert_line"), int) else 0
         return {"type": "text_editor_code_execution_str_replace_result", "old_start": line + 1, "old_lines": 0,
