@@ -191,7 +191,7 @@ def test_namespace_tools_are_flattened_and_mapped_back(server):
             {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
         ]},
         {"type": "web_search", "external_web_access": True},
-        {"type": "code_interpreter", "container": {"type": "auto"}},
+        {"type": "image_generation"},  # no component serves it: echoed, not offered
     ]  # fmt: skip
     server.upstream.push({"status": 200, "chunks": [
         {"data": {"choices": [{"index": 0, "delta": {"tool_calls": [
@@ -206,7 +206,7 @@ def test_namespace_tools_are_flattened_and_mapped_back(server):
     names = [t["function"]["name"] for t in server.upstream.requests[-1]["tools"]]
     assert names == ["exec_command", "spawn_agent", "agents__exec_command"]
     assert [(o.name, o.namespace) for o in response.output] == [("spawn_agent", "agents"), ("exec_command", "agents")]
-    assert [t["type"] for t in answer.json()["tools"]] == ["function", "namespace", "web_search", "code_interpreter"]
+    assert [t["type"] for t in answer.json()["tools"]] == ["function", "namespace", "web_search", "image_generation"]
 
     sent = send(server, tools=tools, input=[
         {"role": "user", "content": "hi"},
