@@ -169,6 +169,9 @@ def test_variables_persist_across_calls_and_responses(server):
     container = calls[0]["container_id"]
     assert calls[1]["container_id"] == container
     assert tool_messages(server.upstream.requests[2])[-1].strip() == "42"
+    stored = httpx.get(f"{server.base_url}/responses/{first['id']}", headers={"Authorization": f"Bearer {KEYS[0]}"})
+    assert check_response(stored.json()).output[0].type == "code_interpreter_call"
+    assert stored.json()["output"] == first["output"], "stored as answered, what the model read kept apart"
 
     server.upstream.push(python_call("print(x * 2)"), text_exchange("84."))
     second = server.create(input="Double it.", tools=[{"type": "code_interpreter", "container": container}])
@@ -262,11 +265,18 @@ def test_without_a_sandbox_the_tool_is_refused_clearly(database_url, tmp_path):
 
 def test_the_tool_choice_forces_the_code(server):
     server.upstream.push(python_call("print(1)"), text_exchange("1"))
-    server.create(input="Go.", tools=[AUTO], tool_choice={"type": "code_interpreter"})
+    server.create(input="Go.", tools=[AUTO], tool_choice={"type": "code_interpreter"}, store=False)
     first = server.upstream.requests[0]
     assert first["tool_choice"] == {"type": "function", "function": {"name": "python"}}
     (offered,) = first["tools"]
     assert offered["function"]["name"] == "python" and "/mnt/data" in offered["function"]["description"]
+
+    server.upstream.push(python_call("print(2)"), text_exchange("2"))
+    weather = {"type": "function", "name": "weather", "parameters": {"type": "object", "properties": {}}}
+    choice = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "code_interpreter"}]}
+    server.create(input="Go.", tools=[weather, AUTO], tool_choice=choice)
+    allowed = server.upstream.requests[-2]
+    assert allowed["tool_choice"] == "required" and [t["function"]["name"] for t in allowed["tools"]] == ["python"]
 
 
 def test_a_background_response_runs_the_code(server):
