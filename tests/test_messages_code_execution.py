@@ -22,7 +22,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-from anthropic.types.beta import BetaMessage, BetaRawMessageStreamEvent
+from anthropic.types.beta import BetaFileMetadata, BetaMessage, BetaRawMessageStreamEvent
 from pydantic import BaseModel, TypeAdapter
 
 from responsekit.app import create_app
@@ -559,3 +559,58 @@ def test_a_tool_choice_naming_the_tool_requires_a_call(gateway):
     body = message(gateway.post(request(tool_choice={"type": "tool", "name": "code_execution"})))
     assert gateway.upstream.requests[0]["tool_choice"] == "required"
     assert blocks(body, "bash_code_execution_tool_result")[0]["content"]["return_code"] == 0
+
+
+# --- Anthropic's Files API ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+def test_anthropics_files_api_uploads_and_downloads_outputs(gateway):
+    client = gateway.anthropic()
+    raw = client.beta.files.with_raw_response.upload(
+        file=("sales.csv", b"region,total\nnorth,7\n", "text/csv")
+    )
+    metadata = raw.parse()
+    known(
+        BetaFileMetadata.model_validate_json(raw.http_response.text, strict=True),
+        raw.http_response.json(),
+    )
+    assert (metadata.filename, metadata.size_bytes, metadata.mime_type) == (
+        "sales.csv",
+        21,
+        "text/csv",
+    )
+    gateway.upstream.responder = script(
+        (
+            "bash_code_execution",
+            {"command": "cut -d, -f2 /mnt/data/sales.csv > /mnt/data/totals.txt"},
+        )
+    )
+    content = [
+        {"type": "container_upload", "file_id": metadata.id},
+        {"type": "text", "text": "Totals?"},
+    ]
+    answer = client.beta.messages.create(**request(content), betas=[BETA, "files-api-2025-04-14"])
+    result = answer.content[1]
+    assert result.type == "bash_code_execution_tool_result"
+    (output,) = result.content.content  # type: ignore[union-attr]
+    # A file code execution wrote downloads by its id, as Anthropic's outputs do.
+    written = client.beta.files.retrieve_metadata(output.file_id)
+    assert (written.filename, written.size_bytes, written.mime_type) == (
+        "totals.txt",
+        8,
+        "text/plain",
+    )
+    assert client.beta.files.download(output.file_id).read() == b"total\n7\n"
+    with pytest.raises(anthropic.NotFoundError):
+        gateway.anthropic(KEYS[1]).beta.files.download(output.file_id)
+    with pytest.raises(anthropic.NotFoundError):
+        gateway.anthropic(KEYS[1]).beta.files.retrieve_metadata(metadata.id)
+    assert client.beta.files.delete(metadata.id).type == "file_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        client.beta.files.retrieve_metadata(metadata.id)
+    # An OpenAI client still gets OpenAI's Files API: a purpose is required, and the file is OpenAI's object.
+    no_purpose = httpx.post(f"{gateway.url}/v1/files", files={"file": ("x.txt", b"x")},
+                            headers={"Authorization": f"Bearer {KEYS[0]}"}, timeout=30)  # fmt: skip
+    assert no_purpose.status_code == 400 and "purpose" in no_purpose.json()["error"]["message"]
+    assert gateway.openai().files.create(file=("x.txt", b"x"), purpose="user_data").object == "file"

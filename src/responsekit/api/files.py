@@ -1,17 +1,27 @@
-"""`/v1/files`: upload (multipart), list, retrieve, delete, and the content of a file."""
+"""`/v1/files`: upload (multipart), list, retrieve, delete, and the content of a file.
+
+OpenAI's Files API; to an Anthropic client (its SDKs send `anthropic-version`), Anthropic's
+(`files-api-2025-04-14`) for upload, metadata, download and delete: an upload needs no
+`purpose`, a file is its `FileMetadata`, and the files code execution wrote in the key's
+containers download by their ids (docs/code-execution.md, "Messages API code execution").
+"""
 
 from __future__ import annotations
 
+import mimetypes
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
 from ..canonical.errors import APIError
+from ..containers.service import Containers
 from ..files.blobs import PIECE
+from ..files.catalog import StoredFile
 from ..files.service import VectorStores
 from .auth import Owner
 
@@ -26,6 +36,31 @@ def service(request: Request) -> VectorStores:
     return request.app.state.vector_stores
 
 
+def anthropic(request: Request) -> bool:
+    """An Anthropic client, answered in Anthropic's shapes."""
+    return "anthropic-version" in request.headers
+
+
+def file_metadata(
+    file_id: str, filename: str, size: int, created_ms: int, expires_at: int | None = None
+) -> dict[str, Any]:
+    """Anthropic's `FileMetadata` (the `anthropic` SDK's `BetaFileMetadata`)."""
+    body = {"id": file_id, "type": "file", "filename": filename, "size_bytes": size, "downloadable": True,
+            "mime_type": mimetypes.guess_type(filename)[0] or "application/octet-stream",
+            "created_at": _rfc3339(created_ms / 1000)}  # fmt: skip
+    if expires_at is not None:
+        body["expires_at"] = _rfc3339(expires_at)
+    return body
+
+
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _stored(file: StoredFile) -> dict[str, Any]:
+    return file_metadata(file.id, file.filename, file.bytes, file.created_ms, file.expires_at)
+
+
 @router.post("/files")
 async def upload(request: Request, owner: Owner) -> dict[str, Any]:
     limit: int = request.app.state.settings.max_file_bytes
@@ -38,6 +73,8 @@ async def upload(request: Request, owner: Owner) -> dict[str, Any]:
         if not isinstance(file, UploadFile):
             raise APIError(400, "Missing required parameter: 'file' (a multipart file part).", param="file",
                            code="missing_required_parameter")  # fmt: skip
+        if purpose is None and anthropic(request):  # Anthropic's upload has no purpose
+            purpose = "user_data"
         if not isinstance(purpose, str):
             raise APIError(400, "Missing required parameter: 'purpose'.", param="purpose",
                            code="missing_required_parameter")  # fmt: skip
@@ -55,7 +92,7 @@ async def upload(request: Request, owner: Owner) -> dict[str, Any]:
                                                                 form.get("expires_after[seconds]")))  # fmt: skip
     finally:
         await form.close()
-    return stored.body()
+    return _stored(stored) if anthropic(request) else stored.body()
 
 
 async def _pieces(file: UploadFile) -> AsyncIterator[bytes]:
@@ -100,27 +137,44 @@ async def list_files(
 @router.get("/files/{file_id}")
 async def retrieve_file(request: Request, file_id: str, owner: Owner) -> dict[str, Any]:
     file = await service(request).catalog.get_file(owner, file_id)
-    if file is None:
-        raise not_found(file_id)
-    return file.body()
+    if file is not None:
+        return _stored(file) if anthropic(request) else file.body()
+    if anthropic(request):
+        written = await containers(request).find_file(owner, file_id)
+        if written is not None:
+            return file_metadata(written.id, written.filename, written.bytes, written.created_ms)
+    raise not_found(file_id)
 
 
 @router.delete("/files/{file_id}")
 async def delete_file(request: Request, file_id: str, owner: Owner) -> dict[str, Any]:
     if not await service(request).delete_file(owner, file_id):
         raise not_found(file_id)
+    if anthropic(request):
+        return {"id": file_id, "type": "file_deleted"}
     return {"id": file_id, "object": "file", "deleted": True}
 
 
 @router.get("/files/{file_id}/content")
-async def file_content(request: Request, file_id: str, owner: Owner) -> StreamingResponse:
+async def file_content(request: Request, file_id: str, owner: Owner) -> Response:
     files = service(request)
     file = await files.catalog.get_file(owner, file_id)
+    if file is None and anthropic(request):  # a file code execution wrote
+        written = await containers(request).find_file(owner, file_id)
+        found = written and await containers(request).file_content(owner, written.container_id, written.id)
+        if found:
+            disposition = f"attachment; filename*=UTF-8''{quote(found[0].filename, safe='')}"
+            return Response(found[1], media_type="application/octet-stream",
+                            headers={"Content-Disposition": disposition})  # fmt: skip
     if file is None:
         raise not_found(file_id)
     disposition = f"attachment; filename*=UTF-8''{quote(file.filename, safe='')}"
     return StreamingResponse(files.blobs.read(file.blob), media_type="application/octet-stream",
                              headers={"Content-Length": str(file.bytes), "Content-Disposition": disposition})  # fmt: skip
+
+
+def containers(request: Request) -> Containers:
+    return request.app.state.containers
 
 
 def not_found(file_id: str) -> APIError:

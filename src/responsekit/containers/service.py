@@ -427,6 +427,16 @@ class Containers:
             return None
         return file, data
 
+    async def find_file(self, owner: str, file_id: str) -> ContainerFile | None:
+        """A file of one of the owner's containers by its id alone: Anthropic's Files API names a
+        code execution output by its `file_id` only (docs/code-execution.md)."""
+        columns = ", ".join(f"f.{column.strip()}" for column in _FILE.split(","))
+        row = await self.database.fetchrow(
+            f"SELECT {columns} FROM container_files f JOIN containers c ON c.id = f.container_id "
+            "WHERE f.id = ? AND c.owner = ?", file_id, owner,
+        )  # fmt: skip
+        return None if row is None else _file(row)
+
     async def delete_file(self, owner: str, container_id: str, file_id: str) -> bool:
         file = await self.get_file(owner, container_id, file_id)
         if file is None:
