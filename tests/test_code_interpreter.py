@@ -184,6 +184,15 @@ def test_variables_persist_across_calls_and_responses(server):
     assert tool_messages(server.upstream.requests[-1])[-1].strip() == "40"
 
 
+def test_a_call_of_code_interpreter_by_that_name_runs_the_code(server):
+    """Llama 3.x writes raw Python after `<|python_tag|>`, parsed as a `code_interpreter` call."""
+    server.upstream.push(tool_call_exchange("code_interpreter", {"code": "print(3 * 3)"}), text_exchange("9."))
+    response = server.create(input="Square 3.", tools=[AUTO])
+    call = response["output"][0]
+    assert call["type"] == "code_interpreter_call" and call["code"] == "print(3 * 3)" and call["status"] == "completed"
+    assert tool_messages(server.upstream.requests[-1]) == ["9"]
+
+
 def test_the_files_given_to_an_auto_container_are_read_by_the_code(server):
     client = server.client()
     uploaded = client.files.create(file=("prices.csv", b"item,price\ntea,3\ncake,5\n"), purpose="user_data")

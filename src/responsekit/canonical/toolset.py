@@ -19,6 +19,8 @@ CUSTOM_INPUT = "input"
 """The one argument of a custom tool as the model sees it."""
 TOOL_SEARCH = "tool_search"
 """The function a client's tool search is offered as (Codex's `tool_search` tool)."""
+CODE_INTERPRETER = "code_interpreter"
+"""What a model trained with a built-in code tool calls it (Llama 3.x's raw Python)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,4 +101,10 @@ class ToolSet:
         return f"{namespace}__{name}" if namespace else name
 
     def origin(self, model_name: str) -> ToolOrigin:
-        return self.origins.get(model_name) or ToolOrigin("function", model_name)
+        found = self.origins.get(model_name)
+        if found is None and model_name == CODE_INTERPRETER:
+            # Llama 3.x writes raw Python after `<|python_tag|>`, a call of its built-in
+            # `code_interpreter` (docs/parsing.md, the formats' notes): the `python` offered.
+            found = next((origin for origin in self.origins.values()
+                          if origin.kind == "code_execution" and origin.name == "python"), None)  # fmt: skip
+        return found or ToolOrigin("function", model_name)
