@@ -71,6 +71,24 @@ def test_a_failing_transaction_in_a_group_leaves_the_others_whole(tmp_path: Path
     assert ids == [1, 10, 11, 30]  # nothing of the failed transaction, not even its first row
 
 
+def test_a_failing_transaction_alone_in_its_group_writes_nothing(tmp_path: Path) -> None:
+    async def main() -> tuple[BaseException | None, list[int], list[int]]:
+        database = await _open(tmp_path)
+        try:
+            await _write(database, (1, "taken"))
+            failed = (await asyncio.gather(_write(database, (20, "x"), (1, "duplicate")), return_exceptions=True))[0]
+            ids = [row[0] for row in await database.fetch("SELECT id FROM t ORDER BY id")]
+            await _write(database, (30, "x"))  # the connection is left out of any transaction
+            return failed, ids, [row[0] for row in await database.fetch("SELECT id FROM t ORDER BY id")]
+        finally:
+            await database.close()
+
+    failed, ids, after = asyncio.run(main())
+    assert isinstance(failed, sqlite3.IntegrityError)
+    assert ids == [1]  # nothing of the failed transaction, not even its first row
+    assert after == [1, 30]
+
+
 def test_a_transaction_that_reads_sees_its_own_writes_and_commits_whole(tmp_path: Path) -> None:
     async def main() -> list[int]:
         database = await _open(tmp_path)

@@ -164,20 +164,29 @@ def _stat(file: Path) -> tuple[int, int, int] | None:
 
 def _commit_group(connection: sqlite3.Connection, group: list[list[Statement]]) -> list[BaseException | None]:
     """On the database thread: the transactions of `group` in one SQLite transaction, each in
-    a savepoint; what each came to (None: written)."""
+    a savepoint (but one alone in its group, a quiet server's usual case, which needs none);
+    what each came to (None: written)."""
     outcomes: list[BaseException | None] = []
     connection.execute("BEGIN IMMEDIATE").close()
     try:
-        for statements in group:
-            connection.execute("SAVEPOINT one").close()
+        if len(group) == 1:
             try:
-                _run(connection, statements)
+                _run(connection, group[0])
             except Exception as exc:  # noqa: BLE001
-                connection.execute("ROLLBACK TO one").close()
-                outcomes.append(exc)
-            else:
-                outcomes.append(None)
-            connection.execute("RELEASE one").close()
+                connection.execute("ROLLBACK").close()
+                return [exc]
+            outcomes.append(None)
+        else:
+            for statements in group:
+                connection.execute("SAVEPOINT one").close()
+                try:
+                    _run(connection, statements)
+                except Exception as exc:  # noqa: BLE001
+                    connection.execute("ROLLBACK TO one").close()
+                    outcomes.append(exc)
+                else:
+                    outcomes.append(None)
+                connection.execute("RELEASE one").close()
         connection.execute("COMMIT").close()
     except BaseException:
         if connection.in_transaction:
