@@ -209,6 +209,7 @@ class ChatUpstream:
         """The engine's last `/models` data."""
         self._windows: dict[str, int] = {}
         """Each model's context window, as the engine told at a refresh (`learn_windows`)."""
+        self._dialect: tuple[EngineKind, Dialect] | None = None
         headers = dict(config.headers)
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
@@ -221,6 +222,13 @@ class ChatUpstream:
 
     @property
     def dialect(self) -> Dialect:
+        """The engine kind's dialect with the configuration's overrides: worked out once per kind
+        (a probe may find the kind after the start), not on every request."""
+        if self._dialect is None or self._dialect[0] != self.kind:
+            self._dialect = (self.kind, self._configured_dialect())
+        return self._dialect[1]
+
+    def _configured_dialect(self) -> Dialect:
         base = DIALECTS.get(self.kind, DIALECTS["generic"])
         options = {
             key: value
