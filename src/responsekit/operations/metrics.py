@@ -16,8 +16,9 @@ engine pools (`PoolMembers`), labelled by their configured upstream names.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -223,16 +224,7 @@ class TimedDatabase:
         self._query = histograms["query"]
 
     def transaction(self) -> AbstractAsyncContextManager[Connection]:
-        return self._timed_transaction()
-
-    @asynccontextmanager
-    async def _timed_transaction(self) -> AsyncIterator[Connection]:
-        started = time.perf_counter()
-        try:
-            async with self.database.transaction() as connection:
-                yield connection
-        finally:
-            self._transaction.observe(time.perf_counter() - started)
+        return _TimedTransaction(self.database.transaction(), self._transaction)
 
     async def execute(self, sql: str, *args: Any) -> None:
         started = time.perf_counter()
@@ -318,3 +310,30 @@ class PoolMembers(Collector):
         yield healthy
         yield in_flight
         yield failures
+
+
+class _TimedTransaction:
+    """A transaction of `TimedDatabase`, timed from its start to its commit: a class rather than
+    an `asynccontextmanager`, whose generator every stored response and usage write would pay for."""
+
+    __slots__ = ("_histogram", "_inner", "_started")
+
+    def __init__(self, inner: AbstractAsyncContextManager[Connection], histogram: Any) -> None:
+        self._inner = inner
+        self._histogram = histogram
+        self._started = 0.0
+
+    async def __aenter__(self) -> Connection:
+        self._started = time.perf_counter()
+        try:
+            return await self._inner.__aenter__()
+        except BaseException:
+            self._histogram.observe(time.perf_counter() - self._started)
+            raise
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> bool | None:  # fmt: skip
+        try:
+            return await self._inner.__aexit__(kind, error, trace)
+        finally:
+            self._histogram.observe(time.perf_counter() - self._started)

@@ -17,6 +17,10 @@ from ..canonical.conversation import GenerationRequest, NamedToolChoice
 def withhold_deferred(generation: GenerationRequest) -> None:
     """Leave out of `generation.tools` each deferred tool that no search result in the
     conversation has found (nor the tool choice names)."""
+    if not any(tool.deferred for tool in generation.tools):  # nothing to withhold: no need to look
+        if not generation.tools:
+            generation.parallel_tool_calls = None
+        return
     found = {name for message in generation.messages for name in message.tools_found}
     if isinstance(generation.tool_choice, NamedToolChoice):
         found.add(generation.tool_choice.name)

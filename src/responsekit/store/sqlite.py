@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TypeVar
 
 from .database import Connection, Listener, Row, matchable
@@ -67,25 +67,8 @@ class SQLiteDatabase:
             await self._thread.run(self._connection.close)
         self._thread.stop()
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Connection]:
-        batch = _Batch(self._connection, self._thread, self._lock)
-        try:
-            try:
-                yield batch
-            except BaseException:
-                if batch.locked:
-                    await self._thread.run(batch.rollback)
-                raise
-            if batch.locked:
-                await self._thread.run(batch.commit)
-        finally:
-            if batch.locked:
-                self._lock.release()
-        if not batch.locked and batch.pending:
-            await self._group_commit(batch.pending)
-        for channel, payload in batch.notifications:
-            self._deliver(channel, payload)
+    def transaction(self) -> _Transaction:
+        return _Transaction(self)
 
     async def notify(self, channel: str, payload: str) -> None:
         self._deliver(channel, payload)
@@ -198,6 +181,39 @@ def _commit_group(connection: sqlite3.Connection, group: list[list[Statement]]) 
 def _run(connection: sqlite3.Connection, statements: list[Statement]) -> None:
     for sql, args, many in statements:
         (connection.executemany(sql, args) if many else connection.execute(sql, args)).close()  # type: ignore[arg-type]
+
+
+class _Transaction:
+    """`SQLiteDatabase.transaction`: its writes buffered in a `_Batch`, committed at the end with
+    the group, or by the connection a read took. A class rather than an `asynccontextmanager`,
+    whose generator every stored response and usage write would pay for."""
+
+    __slots__ = ("_batch", "_database")
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        self._database = database
+        self._batch = _Batch(database._connection, database._thread, database._lock)
+
+    async def __aenter__(self) -> Connection:
+        return self._batch
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> None:  # fmt: skip
+        batch, database = self._batch, self._database
+        try:
+            if kind is not None:
+                if batch.locked:
+                    await database._thread.run(batch.rollback)
+                return  # the error goes on
+            if batch.locked:
+                await database._thread.run(batch.commit)
+        finally:
+            if batch.locked:
+                database._lock.release()
+        if not batch.locked and batch.pending:
+            await database._group_commit(batch.pending)
+        for channel, payload in batch.notifications:
+            database._deliver(channel, payload)
 
 
 class _Batch:
