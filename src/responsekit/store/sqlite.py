@@ -95,7 +95,15 @@ class SQLiteDatabase:
             listener(payload)
 
     async def _group_commit(self, statements: list[Statement]) -> None:
-        """Commit these writes with the other write-only transactions ending about now."""
+        """Commit these writes with the other write-only transactions ending about now; alone
+        (nothing queued, nobody at the connection: a quiet server's usual case), at once, without
+        a committer task and its turns of the event loop. Those ending meanwhile queue behind."""
+        if not self._queued and not self._lock.locked() and (self._committer is None or self._committer.done()):
+            async with self._lock:  # (a caller cancelled in the hop leaves its writes to commit whole there)
+                outcome = (await self._thread.run(_commit_group, self._connection, [statements]))[0]
+            if outcome is not None:
+                raise outcome
+            return
         done = asyncio.get_running_loop().create_future()
         self._queued.append((statements, done))
         if self._committer is None or self._committer.done():
