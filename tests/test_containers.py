@@ -277,6 +277,10 @@ def test_bad_values_and_traversal_are_400(gateway):
         {"name": "x", "network_policy": {"type": "allowlist", "allowed_domains": ["http://a.com/"]}},
         {"name": "x", "network_policy": {"type": "allowlist", "allowed_domains": ["a.com"],
                                          "domain_secrets": [{"domain": "b.com", "name": "K", "value": "v"}]}},
+        {"name": "x", "network_policy": {"type": "allowlist", "allowed_domains": ["a.com"],
+                                         "domain_secrets": [{"domain": "a.com", "name": "K: x", "value": "v"}]}},
+        {"name": "x", "network_policy": {"type": "allowlist", "allowed_domains": ["a.com"],
+                                         "domain_secrets": [{"domain": "a.com", "name": "K", "value": "v\r\nX: y"}]}},
         {"name": "x", "skills": [{"type": "skill_reference", "skill_id": "s"}]},
         {"name": "x", "file_ids": "file-1"},
     ]  # fmt: skip

@@ -64,6 +64,10 @@ MAX_NAME = 256
 _DOMAIN = re.compile(
     r"^(\*\.)?[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*$"
 )
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+"""A domain secret is sent as a header (containers/proxy.py): its name a token and its value
+without control characters (RFC 9110, sections 5.1 and 5.5), so it cannot split a request."""
 _CONTAINER = (
     "id, name, created_ms, last_active_at, expires_minutes, memory_limit, network_policy, status"
 )
@@ -673,6 +677,9 @@ def _network_policy(policy: Any) -> dict[str, Any]:
         ]
         if not all(isinstance(field, str) and field and storable(field) for field in fields):
             raise APIError(400, "Each domain secret needs a non-empty domain, name and value.",
+                           param="network_policy.domain_secrets", code="invalid_value")  # fmt: skip
+        if not _HEADER_NAME.fullmatch(fields[1]) or not _HEADER_VALUE.fullmatch(fields[2]):
+            raise APIError(400, "A domain secret's name must be an HTTP header name, and its value a header value.",
                            param="network_policy.domain_secrets", code="invalid_value")  # fmt: skip
         if fields[0].lower() not in domains:
             raise APIError(400, f"The domain secret for {fields[0]!r} names a domain not in allowed_domains.",
