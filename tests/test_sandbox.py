@@ -402,8 +402,9 @@ try:
     opener.open("http://example.org/")
 except urllib.error.HTTPError as error:
     print(error.code, error.read().decode().strip())
+# A domain without secrets is a tunnel, whatever goes through it (test_sandbox_proxy.py: https://).
 tunnel = socket.create_connection(("127.0.0.1", 3128))
-tunnel.sendall(f"CONNECT localhost:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+tunnel.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n".encode())
 print(tunnel.recv(100).decode().splitlines()[0])
 tunnel.sendall(b"GET /tunnel HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n")
 print(tunnel.makefile("rb").read().decode().split("\\r\\n\\r\\n")[1])
@@ -421,7 +422,7 @@ def test_an_allowlist_goes_through_the_host_proxy_which_adds_the_secrets(
     port = server.server_address[1]
     name = f"cntr_net{os.getpid()}"
     network = Network(
-        allowed_domains=("*.example.com", "localhost"),
+        allowed_domains=("*.example.com", "localhost", "127.0.0.1"),
         secrets=(DomainSecret("localhost", "Authorization", "Bearer sk-secret"),),
     )
     _Echo.seen.clear()
@@ -438,7 +439,7 @@ def test_an_allowlist_goes_through_the_host_proxy_which_adds_the_secrets(
             "hello /tunnel",
             "False",
         ]
-        # The secret was added on the host, to the plain-HTTP request only (a tunnel is opaque).
+        # The secret was added on the host, to its domain's request only.
         assert [h.get("Authorization") for h in _Echo.seen] == ["Bearer sk-secret", None]
         # The kernel's sandbox has the proxy too.
         ran = await runtime.run_code(

@@ -24,6 +24,7 @@ import re
 import resource
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -32,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cgroups, workspace
+from .authority import Authority
 from .kernel import Kernel, KernelGone
 from .kernel import start as start_kernel
-from .proxy import Policy, Proxy
+from .proxy import Policy, Proxy, upstream_context
 from .runtime import (
     WORKSPACE,
     BadPath,
@@ -107,6 +109,15 @@ PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
 FORWARD_PATH = "/opt/responsekit/forward.py"
 """With an allowlist: the folder the proxy's socket is bound at, the port it is forwarded to inside,
 the variables that name it, and the forwarder (forward.py)."""
+
+CA_BUNDLE_PATH = "/opt/responsekit/ca-certificates.crt"
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT",
+                "NODE_EXTRA_CA_CERTS")  # fmt: skip
+"""With an allowlist: the system's CAs and the proxy's (authority.py; its certificate, never its
+key), read-only, and the variables OpenSSL, requests, curl, pip and Node read it from."""
+
+AUTHORITY_FOLDER = ".proxy-ca"
+"""In the runtime's root; a name no container id can have."""
 
 TMP_BYTES = 256 << 20
 SHM_BYTES = 64 << 20
@@ -192,6 +203,7 @@ def bubblewrap_runtime(
     *,
     bwrap: str | None = None,
     private_networks: bool = False,
+    upstream_cafile: Path | None = None,
 ) -> Bubblewrap:
     """The embedded runtime with its workspaces under `root`, or `SandboxUnavailable` saying why
     this machine cannot run one (never a runtime that would run code unsandboxed)."""
@@ -199,7 +211,13 @@ def bubblewrap_runtime(
     reason = _probe(path, PYTHON)
     if reason is not None:
         raise SandboxUnavailable(reason)
-    return Bubblewrap(root, limits or Limits(), bwrap=path, private_networks=private_networks)
+    return Bubblewrap(
+        root,
+        limits or Limits(),
+        bwrap=path,
+        private_networks=private_networks,
+        upstream_cafile=upstream_cafile,
+    )
 
 
 # --- one sandboxed process ------------------------------------------------------------------
@@ -341,16 +359,23 @@ class Bubblewrap:
         bwrap: str = "/usr/bin/bwrap",
         python: str = PYTHON,
         private_networks: bool = False,
+        upstream_cafile: Path | None = None,
     ) -> None:
         """`private_networks`: an allowlist may reach names that resolve to loopback or private
-        addresses (an intranet the operator trusts); off, only public addresses (proxy.py)."""
+        addresses (an intranet the operator trusts); off, only public addresses (proxy.py).
+        `upstream_cafile`: one more CA the proxy trusts, besides the system's, when it verifies
+        a host it answers TLS for (a test's own server)."""
         self.root = root
         self.limits = limits or Limits()
         self.bwrap = bwrap
         self.python = python
         self.private_networks = private_networks
+        self.upstream_cafile = upstream_cafile
         self._containers: dict[str, _Container] = {}
         self._layout: cgroups.Layout | None = None
+        self._authority: Authority | None = None
+        self._upstream: ssl.SSLContext | None = None
+        self._authority_lock = threading.Lock()
 
     # --- lifecycle
 
@@ -363,6 +388,14 @@ class Bubblewrap:
             if self._layout is None:
                 raise SandboxUnavailable("no writable cgroup hierarchy")
         return self._layout
+
+    def _proxy_tls(self) -> tuple[Authority, ssl.SSLContext]:
+        """The gateway's authority and the proxies' upstream verification, made on first use."""
+        with self._authority_lock:
+            if self._authority is None or self._upstream is None:
+                self._authority = Authority(self.root / AUTHORITY_FOLDER)
+                self._upstream = upstream_context(self.upstream_cafile)
+            return self._authority, self._upstream
 
     def _folder(self, container_id: str) -> Path:
         if not _ID.fullmatch(container_id):
@@ -405,7 +438,7 @@ class Bubblewrap:
             run = folder / "run"
             run.mkdir(exist_ok=True)
             run.chmod(0o755)
-            container.proxy = Proxy(run / "proxy.sock", policy)
+            container.proxy = Proxy(run / "proxy.sock", policy, *self._proxy_tls())
         self._containers[container_id] = container
         return container
 
@@ -490,6 +523,8 @@ class Bubblewrap:
             ]
             url = f"http://127.0.0.1:{PROXY_PORT}"
             env = {**SANDBOX_ENV, **{name: url for name in PROXY_VARIABLES}, "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1"}  # fmt: skip
+            files = [*files, (CA_BUNDLE_PATH, self._proxy_tls()[0].bundle)]
+            env |= {name: CA_BUNDLE_PATH for name in CA_VARIABLES}
         argv, fds = _argv(self.bwrap, bpf, command, files=files, binds=binds, env=env)
         setup = functools.partial(
             _drop,
