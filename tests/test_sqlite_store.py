@@ -149,3 +149,51 @@ def test_stored_json_comes_back_exactly(tmp_path: Path) -> None:
 
     stored, items = asyncio.run(main())
     assert stored == response and items == inputs
+
+
+class _Writer:
+    """A `BehindWriter` of rows for the table `t`."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str]] = []
+        self.taken: list[tuple[int, str]] = []
+        self.outcomes: list[BaseException | None] = []
+
+    def take(self) -> list[tuple[str, tuple[object, ...]]]:
+        self.taken, self.rows = self.rows, []
+        return [("INSERT INTO t (id, value) VALUES (?, ?)", row) for row in self.taken]
+
+    def written(self, error: BaseException | None) -> None:
+        self.outcomes.append(error)
+        if error is not None:
+            self.rows[:0] = self.taken
+
+
+def test_writes_behind_go_between_transactions_and_are_given_back_when_they_fail(tmp_path: Path) -> None:
+    async def main() -> tuple[list[int], list[int], list[int], _Writer]:
+        database = await _open(tmp_path)
+        writer = _Writer()
+        try:
+            await _write(database, (1, "taken"))
+            assert await database.write_behind(writer, 0.02)
+            async with database.transaction() as db:  # a read holds the connection: nothing written meanwhile
+                await db.fetch("SELECT id FROM t")
+                writer.rows.append((2, "behind"))
+                await asyncio.sleep(0.2)
+                inside = [row[0] for row in await db.fetch("SELECT id FROM t ORDER BY id")]
+            await asyncio.sleep(0.2)
+            after = [row[0] for row in await database.fetch("SELECT id FROM t ORDER BY id")]
+            writer.rows += [(3, "x"), (1, "duplicate")]  # fails whole, given back, tried again
+            await asyncio.sleep(0.2)
+            failing = [row[0] for row in await database.fetch("SELECT id FROM t ORDER BY id")]
+            await database.write_behind(None, 0.02)
+            return inside, after, failing, writer
+        finally:
+            await database.close()
+
+    inside, after, failing, writer = asyncio.run(main())
+    assert inside == [1]
+    assert after == [1, 2]
+    assert failing == [1, 2]  # nothing of the failing write, not even its first row
+    assert writer.rows == [(3, "x"), (1, "duplicate")]
+    assert any(isinstance(outcome, sqlite3.IntegrityError) for outcome in writer.outcomes)
