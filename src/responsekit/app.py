@@ -81,7 +81,7 @@ def create_app(settings: Settings) -> FastAPI:
         limiter = app.state.limiter = Limiter(Counters(store.database), Limits(**settings.default_limits.model_dump()))
         limiter.start()
         usage = app.state.usage = UsageLedger(store.database)
-        await usage.start()
+        usage.start()
         app.state.vector_stores = await VectorStores.open(settings, store.database)
         if metrics is not None:
             metrics.registry.register(ScrapeTime(runs.states, app.state.vector_stores.ingestor.queue))

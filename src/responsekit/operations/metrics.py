@@ -34,7 +34,7 @@ from ..canonical.events import (
     ToolCallStart,
     Usage,
 )
-from ..store.database import BehindWriter, Connection, Database, Listener, Row
+from ..store.database import Connection, Database, Listener, Row
 
 OUTPUT = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallStart)
 """Events that are output tokens: the first one is the time to first token."""
@@ -249,10 +249,6 @@ class TimedDatabase:
     async def changed_elsewhere(self) -> bool:
         return await self.database.changed_elsewhere()
 
-    async def write_behind(self, writer: BehindWriter | None, seconds: float) -> bool:
-        timed = None if writer is None else _TimedWriter(writer, self._transaction)
-        return await self.database.write_behind(timed, seconds)
-
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         started = time.perf_counter()
         try:
@@ -341,23 +337,3 @@ class _TimedTransaction:
             return await self._inner.__aexit__(kind, error, trace)
         finally:
             self._histogram.observe(time.perf_counter() - self._started)
-
-
-class _TimedWriter:
-    """A `BehindWriter` whose writes count in the store's transaction times, from the statements
-    taken to their commit (on the database's thread: prometheus_client's metrics are thread-safe)."""
-
-    __slots__ = ("_histogram", "_started", "_writer")
-
-    def __init__(self, writer: BehindWriter, histogram: Any) -> None:
-        self._writer = writer
-        self._histogram = histogram
-        self._started = 0.0
-
-    def take(self) -> list[tuple[str, tuple[Any, ...]]]:
-        self._started = time.perf_counter()
-        return self._writer.take()
-
-    def written(self, error: BaseException | None) -> None:
-        self._histogram.observe(time.perf_counter() - self._started)
-        self._writer.written(error)

@@ -40,19 +40,6 @@ class Connection(Protocol):
         ...
 
 
-class BehindWriter(Protocol):
-    """Writes that need no answer, given to the database to make when it can (`write_behind`)."""
-
-    def take(self) -> list[tuple[str, tuple[Any, ...]]]:
-        """The statements to write now (each with its arguments): taken, so no longer the writer's
-        to give again unless `written` says they failed."""
-        ...
-
-    def written(self, error: BaseException | None) -> None:
-        """How the statements last taken went: None, committed; else not written at all."""
-        ...
-
-
 Listener = Callable[[str | None], None]
 """Called with each notification's payload, and with None after a gap in listening (a
 reconnection) during which notifications may have been missed."""
@@ -69,13 +56,6 @@ class Database(Connection, Protocol):
         """Whether another process may have changed the database since the last call: for a
         poll to skip reading again what nobody changed (PostgreSQL: always True, its polls being
         a safety net under notifications)."""
-        ...
-
-    async def write_behind(self, writer: BehindWriter | None, seconds: float) -> bool:
-        """Write what `writer` gives every `seconds`, off the event loop, in a transaction of its
-        own (None: no more, and a write under way has ended when this returns). False: this
-        database cannot, and the caller writes them itself (PostgreSQL, whose writes are the
-        event loop's)."""
         ...
 
     async def listen(self, channel: str, listener: Listener) -> None:

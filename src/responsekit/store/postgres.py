@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from .database import BehindWriter, Connection, Listener, Row, matchable
+from .database import Connection, Listener, Row, matchable
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,6 @@ class PostgresDatabase:
 
     async def notify(self, channel: str, payload: str) -> None:
         await self._pool.execute("SELECT pg_notify($1, $2)", channel, payload)
-
-    async def write_behind(self, writer: BehindWriter | None, seconds: float) -> bool:
-        return False  # asyncpg's writes are the event loop's: the caller writes them
 
     async def changed_elsewhere(self) -> bool:
         return True  # notifications tell of changes; a poll is the safety net under them

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .database import BehindWriter, Connection, Listener, Row, matchable
+from .database import Connection, Listener, Row, matchable
 from .dedicated_thread import DedicatedThread
 
 T = TypeVar("T")
@@ -72,13 +72,6 @@ class SQLiteDatabase:
 
     async def notify(self, channel: str, payload: str) -> None:
         self._deliver(channel, payload)
-
-    async def write_behind(self, writer: BehindWriter | None, seconds: float) -> bool:
-        """On the database thread, between the event loop's calls: no hop, no task, no future for
-        each write (the usage records', once a second)."""
-        connection = self._connection
-        await self._thread.every(seconds, None if writer is None else lambda: _write_behind(connection, writer))
-        return True
 
     async def changed_elsewhere(self) -> bool:
         """Whether another connection to the file (another process) committed since the last
@@ -150,28 +143,6 @@ class SQLiteDatabase:
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
         rows = await self.fetch(sql, *args)
         return rows[0] if rows else None
-
-
-def _write_behind(connection: sqlite3.Connection, writer: BehindWriter) -> bool:
-    """On the database thread: what `writer` gives, in a transaction of its own; not while a
-    transaction of the event loop's holds the connection between its calls (False: later)."""
-    if connection.in_transaction:
-        return False
-    statements = writer.take()
-    if not statements:
-        return True
-    try:
-        connection.execute("BEGIN IMMEDIATE").close()
-        for sql, args in statements:
-            connection.execute(sql, args).close()
-        connection.execute("COMMIT").close()
-    except Exception as exc:  # noqa: BLE001
-        if connection.in_transaction:
-            connection.execute("ROLLBACK").close()
-        writer.written(exc)
-    else:
-        writer.written(None)
-    return True
 
 
 def _stat(file: Path) -> tuple[int, int, int] | None:

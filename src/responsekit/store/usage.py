@@ -41,20 +41,14 @@ rows each write was prepared anew, at four times the CPU per row (`bench/state.p
 
 
 async def insert(database: Database, records: list[UsageRecord]) -> None:
-    """Write the records in one transaction (`statements`)."""
+    """Write the records in one transaction, `ROWS_PER_STATEMENT` to a statement: `executemany`
+    would run a statement per row, and on SQLite take the interpreter's lock (GIL) back from the
+    event loop's thread after each one (https://docs.python.org/3/library/sys.html#sys.setswitchinterval)."""
     async with database.transaction() as connection:
-        for sql, args in statements(records):
-            await connection.execute(sql, *args)
-
-
-def statements(records: list[UsageRecord]) -> list[tuple[str, tuple[Any, ...]]]:
-    """The INSERTs of the records, `ROWS_PER_STATEMENT` to a statement: `executemany` would run a
-    statement per row, and on SQLite take the interpreter's lock (GIL) back from the event loop's
-    thread after each one (https://docs.python.org/3/library/sys.html#sys.setswitchinterval)."""
-    return [(f"INSERT INTO usage_records ({_FIELDS}) VALUES {', '.join([_ROW] * len(chunk))}",
-             tuple(value for record in chunk for value in _row(record)))
-            for chunk in (records[start : start + ROWS_PER_STATEMENT]
-                          for start in range(0, len(records), ROWS_PER_STATEMENT))]  # fmt: skip
+        for start in range(0, len(records), ROWS_PER_STATEMENT):
+            chunk = records[start : start + ROWS_PER_STATEMENT]
+            await connection.execute(f"INSERT INTO usage_records ({_FIELDS}) VALUES {', '.join([_ROW] * len(chunk))}",
+                                     *[value for record in chunk for value in _row(record)])  # fmt: skip
 
 
 def _row(record: UsageRecord) -> tuple[Any, ...]:
