@@ -4,7 +4,7 @@ in order, and the event loop awaits the result.
 The calls go through a queue to a thread of our own, and each result back through the loop's
 `call_soon_threadsafe`, rather than through `run_in_executor`: its `concurrent.futures` future,
 chained to an asyncio one by `wrap_future`, cost about 100,000 instructions more a call, counted
-by callgrind (bench/RESULTS.md, "One hop to the database thread"), and every stored response,
+by callgrind (bench/RESULTS.md, "After: one hop to the database thread"), and every stored response,
 usage write and read takes a call.
 """
 
