@@ -132,7 +132,9 @@ def test_the_inspector_shows_a_key_its_own_usage_per_model_with_a_chart(upstream
             assert browser.get("/ui/usage").status_code == 303  # log in first
             login = browser.post("/ui/login", data={"key": mine["key"], "next": "/ui/usage"})
             assert login.status_code == 303
-            page = wait_for(lambda: (p := browser.get("/ui/usage")).status_code == 200 and "<rect" in p.text and p)
+            # Usage records are written once a second: wait for the four generations' (both models' rows).
+            page = wait_for(lambda: (p := browser.get("/ui/usage")).status_code == 200 and "<rect" in p.text
+                            and p.text.count('<td class="model">') == 2 and p)  # fmt: skip
             rows = page.text.split("<tbody>")[1]
             # Its own generations, per model: one each; the other key's two are not there.
             assert '<td class="model">other-model</td><td class="num">1</td><td class="num">10</td>' in rows
