@@ -34,6 +34,7 @@ from .runtime import (
     SandboxUnavailable,
     WorkspaceFull,
 )
+from .workspace import parts
 
 if TYPE_CHECKING:
     from code_interpreter.services.code import Codes
@@ -72,20 +73,9 @@ def _sdk() -> None:
 
 
 def remote_path(path: str) -> str:
-    """The absolute path in the sandbox of a workspace file name (`a/b` or `/mnt/data/a/b`);
-    `..`, another absolute path, a NUL or no name at all is `BadPath`, before anything is sent."""
-    if "\0" in path:
-        raise BadPath("a file name cannot hold a NUL byte")
-    if path.startswith("/"):
-        if path != WORKSPACE and not path.startswith(WORKSPACE + "/"):
-            raise BadPath(f"{path!r} is outside {WORKSPACE}")
-        path = path[len(WORKSPACE) :]
-    names = [name for name in path.split("/") if name not in ("", ".")]
-    if not names:
-        raise BadPath(f"{path!r} names no file")
-    if ".." in names:
-        raise BadPath(f"{path!r} leaves {WORKSPACE}")
-    return "/".join([WORKSPACE, *names])
+    """The absolute path in the sandbox of a workspace file name (`a/b` or `/mnt/data/a/b`),
+    checked as the local sandbox checks one (`workspace.parts`) before anything is sent."""
+    return "/".join([WORKSPACE, *parts(path)])
 
 
 class _Bounded:
