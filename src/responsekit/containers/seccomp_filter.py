@@ -1,7 +1,8 @@
 """Writes the sandbox's seccomp filter as BPF to the file named by the first argument.
 
 Run by Debian's /usr/bin/python3 with `python3-seccomp` (libseccomp's binding), never imported
-by the gateway (whose venv cannot import it); `seccomp.py` runs it once and caches the file, which
+by the gateway (whose venv cannot import it: the binding is imported in `build`, so importing this
+module needs nothing); `bubblewrap.py` runs it once and caches the file, which
 bubblewrap loads with `--seccomp FD`. Everything is allowed but the calls a sandboxed program has no
 use for and that widen the kernel's surface, the same choices as Docker's default profile
 (https://docs.docker.com/engine/security/seccomp/): each returns EPERM, so a program sees a failed
@@ -11,8 +12,6 @@ libseccomp's default for an architecture the filter was not built for.
 
 import errno
 import sys
-
-import seccomp
 
 DENIED = (
     # Debugging another process, reading its memory.
@@ -52,6 +51,8 @@ NAMESPACE_FLAGS = (
 
 
 def build(path: str) -> None:
+    import seccomp  # Debian's python3-seccomp, on /usr/bin/python3 only
+
     rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     for name in DENIED:
         try:

@@ -219,13 +219,7 @@ async def _python(
         text += (
             f"\n[{len(ran.images)} image{'s' if len(ran.images) > 1 else ''} displayed to the user]"
         )
-    text += _written_note(written)
-    if ran.timed_out:
-        data["error_code"] = "execution_time_exceeded"
-        return ToolOutcome(
-            "", error=f"The code was stopped: it ran past the time limit.\n{text}", data=data
-        )
-    return ToolOutcome(text, data=data)
+    return _answered(text + _written_note(written), data, ran.timed_out, "The code")
 
 
 async def _shell(
@@ -262,13 +256,15 @@ async def _bash(
     done, written = await containers.run(owner, container_id, command)
     data.update(stdout=done.stdout, stderr=done.stderr, exit_code=done.exit_code, timed_out=done.timed_out,
                 files=_files(written))  # fmt: skip
-    text = shell_text([data]) + _written_note(written)
-    if done.timed_out:
-        data["error_code"] = "execution_time_exceeded"
-        return ToolOutcome(
-            "", error=f"The command was stopped: it ran past the time limit.\n{text}", data=data
-        )
-    return ToolOutcome(text, data=data)
+    return _answered(shell_text([data]) + _written_note(written), data, done.timed_out, "The command")
+
+
+def _answered(text: str, data: dict[str, Any], timed_out: bool, what: str) -> ToolOutcome:
+    """What ran, as the model reads it: a failed call when it ran past the time limit."""
+    if not timed_out:
+        return ToolOutcome(text, data=data)
+    data["error_code"] = "execution_time_exceeded"
+    return ToolOutcome("", error=f"{what} was stopped: it ran past the time limit.\n{text}", data=data)
 
 
 async def _text_editor(
