@@ -16,9 +16,10 @@ T = TypeVar("T")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def event_stream(frames: AsyncIterator[bytes], *, heartbeat: bytes | None = None,
-                 headers: dict[str, str] | None = None, start_at_once: bool = False) -> StreamingResponse:
-    return EventStreamResponse(frames, heartbeat=heartbeat, media_type="text/event-stream",
+def event_stream(items: AsyncIterator[Any], *, encode: Callable[[Any], bytes] | None = None, end: bytes = b"",
+                 heartbeat: bytes | None = None, headers: dict[str, str] | None = None,
+                 start_at_once: bool = False) -> StreamingResponse:  # fmt: skip
+    return EventStreamResponse(items, encode=encode, end=end, heartbeat=heartbeat, media_type="text/event-stream",
                                headers={**SSE_HEADERS, **(headers or {})}, start_at_once=start_at_once)
 
 
@@ -43,6 +44,10 @@ class EventStreamResponse(StreamingResponse):
     task group, whose cancel scopes cost about a fifth of a streamed response's CPU time;
     here the listener is a plain task that cancels the producer.
 
+    `items` are frames, or what `encode` makes one frame of (a protocol's event): the producer
+    encodes them itself, rather than through one more generator, a hop every event would pay.
+    `end` (`data: [DONE]`) follows the last item when the items ran out without failing.
+
     A `heartbeat` frame (Anthropic's `ping`) is sent whenever the stream has been silent for
     `HEARTBEAT_SECONDS` after it started, between frames; one timer a period, nothing per frame.
 
@@ -51,10 +56,12 @@ class EventStreamResponse(StreamingResponse):
     on headers that take longer than a long prompt's prefill (Gemini CLI: 60 s).
     """
 
-    def __init__(self, frames: AsyncIterator[bytes], *, heartbeat: bytes | None = None, start_at_once: bool = False,
-                 **options: Any) -> None:  # fmt: skip
-        super().__init__(frames, **options)
-        self._frames = frames
+    def __init__(self, items: AsyncIterator[Any], *, encode: Callable[[Any], bytes] | None = None, end: bytes = b"",
+                 heartbeat: bytes | None = None, start_at_once: bool = False, **options: Any) -> None:  # fmt: skip
+        super().__init__(items, **options)
+        self._items = items
+        self._encode = encode
+        self._end = end
         self._heartbeat = heartbeat
         self._start_at_once = start_at_once
 
@@ -71,14 +78,18 @@ class EventStreamResponse(StreamingResponse):
 
         async def produce() -> None:
             nonlocal size, finished, failed, room
+            encode = self._encode
             try:
-                async for frame in self._frames:
+                async for item in self._items:
+                    frame = item if encode is None else encode(item)
                     batch.append(frame)
                     size += len(frame)
                     _wake(ready)
                     if size >= COALESCE_LIMIT:
                         room = loop.create_future()
                         await room
+                if self._end:
+                    batch.append(self._end)
             except BaseException:
                 failed = True
                 raise

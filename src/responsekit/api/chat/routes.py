@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -49,13 +47,8 @@ async def create_chat_completion(request: Request) -> Response:
     renderer = ChatRenderer(body.model, include_usage=include_usage, server_tools=served)
     events = pipeline.events(turn, renderer.id)
     if body.stream:
-        return event_stream(_frames(rendered(renderer, events, turn.observer)))
+        return event_stream(rendered(renderer, events, turn.observer), encode=sse_data, end=SSE_DONE)
     await unless_disconnected(request, drain(renderer, events, turn.observer))
     raise_for_error(renderer)
     return JSONResponse(renderer.completion)
 
-
-async def _frames(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for chunk in chunks:
-        yield sse_data(chunk)
-    yield SSE_DONE

@@ -86,7 +86,7 @@ async def _generate(request: Request, *, stream: bool) -> Response:
     headers = {CLAMPED_HEADER: str(turn.clamped)} if turn.clamped is not None else {}
     events = pipeline.events(turn, renderer.id)
     if stream and alt == "sse":
-        return event_stream(_sse(rendered(renderer, events, turn.observer)), headers=headers, start_at_once=True)
+        return event_stream(rendered(renderer, events, turn.observer), encode=_sse, headers=headers, start_at_once=True)
     if stream:
         return EventStreamResponse(_json_array(rendered(renderer, events, turn.observer)), start_at_once=True,
                                    media_type="application/json", headers={**SSE_HEADERS, **headers})  # fmt: skip
@@ -162,12 +162,11 @@ for _prefix in VERSIONS:
                          methods=["GET"], include_in_schema=_prefix == VERSIONS[0])  # fmt: skip
 
 
-async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """`data:` lines; an error ending the stream as bare JSON, as Google's API sends it: the SDKs
+def _sse(chunk: dict[str, Any]) -> bytes:
+    """A `data:` line; an error ending the stream as bare JSON, as Google's API sends it: the SDKs
     raise on a read that is an error object (`@google/genai`'s `throwIfStreamErrorChunk`), and take
     a `data:` line for one more response."""
-    async for chunk in chunks:
-        yield json_bytes(chunk) + b"\n\n" if "error" in chunk else sse_data(chunk)
+    return json_bytes(chunk) + b"\n\n" if "error" in chunk else sse_data(chunk)
 
 
 async def _json_array(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

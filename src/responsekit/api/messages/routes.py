@@ -10,7 +10,6 @@ Errors before the stream are HTTP errors in Anthropic's envelope; in it, an `err
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -74,7 +73,7 @@ async def create_message(request: Request) -> Response:
     headers = {CLAMPED_HEADER: str(turn.clamped)} if turn.clamped is not None else {}
     events = pipeline.events(turn, renderer.id)
     if body.stream:
-        return event_stream(_frames(rendered(renderer, events, turn.observer)), heartbeat=PING, headers=headers)
+        return event_stream(rendered(renderer, events, turn.observer), encode=sse_event, heartbeat=PING, headers=headers)
     await unless_disconnected(request, drain(renderer, events, turn.observer))
     if renderer.error is not None:
         error = renderer.error
@@ -116,8 +115,4 @@ async def list_models_doubled(request: Request) -> dict[str, Any]:
     after the models API's, whose `/v1/models` answers first)."""
     return await list_models(request, authorize(request))
 
-
-async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for event in events:
-        yield sse_event(event)
 

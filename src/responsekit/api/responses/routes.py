@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -56,10 +55,10 @@ async def create_for(request: Request, owner: str) -> Response:
     if body.background:
         run = await conductor.start_background(prepared)
         if body.stream:
-            return event_stream(_with_done(conductor.runs.follow(run.response_id, -1)))
+            return event_stream(conductor.runs.follow(run.response_id, -1), end=SSE_DONE)
         return JSONResponse(prepared.response)
     if body.stream:
-        return event_stream(_frames(conductor.events(prepared)))
+        return event_stream(conductor.events(prepared), encode=sse_event, end=SSE_DONE)
 
     async def drain() -> None:
         async for _ in conductor.events(prepared):
@@ -134,7 +133,7 @@ async def retrieve_response(
         return JSONResponse(response)
     if not response.get("background"):
         raise APIError(400, "Only background responses can be streamed again.", param="stream", code="invalid_value")
-    return event_stream(_with_done(orchestrator(request).runs.follow(response_id, starting_after)))
+    return event_stream(orchestrator(request).runs.follow(response_id, starting_after), end=SSE_DONE)
 
 
 @router.delete("/responses/{response_id}")
@@ -188,14 +187,3 @@ async def _stored(request: Request, owner: str, response_id: str) -> dict[str, A
 def _not_found(response_id: str) -> APIError:
     return APIError(404, f"Response with id '{response_id}' not found.", param="response_id", code="not_found")
 
-
-async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for event in events:
-        yield sse_event(event)
-    yield SSE_DONE
-
-
-async def _with_done(frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for frame in frames:
-        yield frame
-    yield SSE_DONE

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -256,18 +255,12 @@ async def live_events(request: Request, response_id: str, after: int = -1) -> Re
     orchestrator = request.app.state.orchestrator
     flight = orchestrator.flights.get(owner, response_id)
     if flight is not None:
-        return event_stream(_with_done(flight.follow()))
+        return event_stream(flight.follow(), end=SSE_DONE)
     response = await orchestrator.store.get_response(owner, response_id)
     if response is None or not response.get("background"):
         return Response(status_code=404, headers=HEADERS)
     runs: Runs = orchestrator.runs
-    return event_stream(_with_done(runs.follow(response_id, min(max(after, -1), SEQUENCE_MAX))))
-
-
-async def _with_done(frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for frame in frames:
-        yield frame
-    yield SSE_DONE
+    return event_stream(runs.follow(response_id, min(max(after, -1), SEQUENCE_MAX)), end=SSE_DONE)
 
 
 @router.get("/conversations/{conversation_id}")
