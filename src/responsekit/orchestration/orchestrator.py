@@ -327,15 +327,19 @@ class Orchestrator:
                                     lambda generation: self._generation(prepared, generation))  # fmt: skip
 
     def _generation(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
-        """One generation's events through the stages the request asks for."""
-        events = self._truncating(prepared, generation)
+        """One generation's events through the stages the request asks for, and no others: each
+        stage is a generator that every event passes through."""
+        if prepared.request.truncation:
+            events = self._truncating(prepared, generation)
+        else:
+            events = self.pipeline.attachments.generate(prepared.turn.upstream, generation, prepared.response["id"])
         detail = prepared.request.reasoning_summary
         if detail and self.summarizer_model:
             events = self._summarized(events, detail)
         return events
 
     async def _truncating(self, prepared: Prepared, generation: GenerationRequest) -> AsyncIterator[Event]:
-        """With `truncation: auto`, a context overflow retries without the oldest turns."""
+        """`truncation: auto`: a context overflow retries without the oldest turns."""
         while True:
             attachments = self.pipeline.attachments.generate(prepared.turn.upstream, generation, prepared.response["id"])
             async with aclosing(attachments) as events:
@@ -343,7 +347,6 @@ class Orchestrator:
                 if (
                     isinstance(first, Error)
                     and first.code == "context_length_exceeded"
-                    and prepared.request.truncation
                     and (shorter := _drop_oldest_turn(generation)) is not None
                 ):
                     log.info("context overflow: retrying %s without its oldest turn", prepared.response["id"])
@@ -371,8 +374,15 @@ class Orchestrator:
 
     # --- in the foreground --------------------------------------------------------------
 
-    async def events(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
-        """The response's events; it is persisted before its terminal event goes out."""
+    def events(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
+        """The response's events; it is persisted before its terminal event goes out. One that
+        keeps nothing (`store: false` outside a conversation) has nothing to wait for: its events
+        are the renderer's, without one more generator for every event to pass."""
+        if prepared.timeline is None and not prepared.request.conversation_id:
+            return rendered(prepared.renderer, self.canonical(prepared), prepared.turn.observer)
+        return self._persisting(prepared)
+
+    async def _persisting(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
         flight = None
         if prepared.timeline is not None:  # stored: the inspector lists it while it runs (`flights.py`)
             flight = self.flights.take_off(
