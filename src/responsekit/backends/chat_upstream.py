@@ -463,6 +463,8 @@ class ChatUpstream:
         return max(1, characters // 4), False
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """The engine's answer as canonical events. One generator from the engine's bytes to the
+        caller: every token crosses each layer between the engine and the renderer."""
         fitted = await self.fitted(request)
         if isinstance(fitted, Error):
             yield fitted
@@ -470,13 +472,40 @@ class ChatUpstream:
         body = self.render(fitted)
         refused = False
         recording = self._recorder.start(self.name, "/chat/completions", body) if self._recorder else None
+        translator = ChunkTranslator(request, self.output_parsing(request.model))
         try:
-            async with aclosing(self._exchange(body, recording, request)) as events:
-                async for event in events:  # one layer between the engine and the renderer on every token
-                    if isinstance(event, Error) and self._refused_budget(body, event):
-                        refused = True  # the engine's only event: the request goes again, without the budget
-                        break
-                    yield event
+            async with self._engine.post("/chat/completions", json_utf8(body)) as answer:
+                if recording:
+                    recording.status(answer.status)
+                if (error := await error_answer(answer, recording)) is not None:
+                    # A refused thinking budget is the engine's only event: the request goes again, without it.
+                    refused = self._refused_budget(body, error)
+                    if not refused:
+                        yield error
+                elif "text/event-stream" not in answer.content_type:
+                    # An engine that ignored `stream: true` and answered with one completion.
+                    text = (await answer.read()).decode("utf-8", "replace")
+                    if recording:
+                        recording.chunk(text)
+                    for event in translator.feed_completion(text):
+                        yield event
+                else:
+                    payloads = SSEPayloads(answer, recording)
+                    async for batch in payloads:
+                        for data in batch:
+                            for event in translator.feed_data(data):
+                                yield event
+                                if isinstance(event, Error):
+                                    return
+                    try:
+                        for event in translator.finish():
+                            yield event
+                    finally:
+                        await payloads.drain()
+        except httpx.TimeoutException as exc:
+            yield timeout_error(self.name, self.config.timeout, exc)
+        except httpx.HTTPError as exc:
+            yield transport_error(self.name, exc)
         finally:
             if recording is not None:
                 await recording.save()
@@ -499,42 +528,6 @@ class ChatUpstream:
                     event.message)  # fmt: skip
         self._no_budget.add(body["model"])
         return True
-
-    async def _exchange(
-        self, body: dict[str, Any], recording: Recording | None, request: GenerationRequest
-    ) -> AsyncIterator[Event]:
-        translator = ChunkTranslator(request, self.output_parsing(request.model))
-        try:
-            async with self._engine.post("/chat/completions", json_utf8(body)) as answer:
-                if recording:
-                    recording.status(answer.status)
-                if (error := await error_answer(answer, recording)) is not None:
-                    yield error
-                    return
-                if "text/event-stream" not in answer.content_type:
-                    # An engine that ignored `stream: true` and answered with one completion.
-                    text = (await answer.read()).decode("utf-8", "replace")
-                    if recording:
-                        recording.chunk(text)
-                    for event in translator.feed_completion(text):
-                        yield event
-                    return
-                payloads = SSEPayloads(answer, recording)
-                async for batch in payloads:
-                    for data in batch:
-                        for event in translator.feed_data(data):
-                            yield event
-                            if isinstance(event, Error):
-                                return
-                try:
-                    for event in translator.finish():
-                        yield event
-                finally:
-                    await payloads.drain()
-        except httpx.TimeoutException as exc:
-            yield timeout_error(self.name, self.config.timeout, exc)
-        except httpx.HTTPError as exc:
-            yield transport_error(self.name, exc)
 
 
 def transport_error(name: str, exc: httpx.HTTPError) -> Error:
