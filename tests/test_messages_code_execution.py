@@ -614,3 +614,44 @@ def test_anthropics_files_api_uploads_and_downloads_outputs(gateway):
                             headers={"Authorization": f"Bearer {KEYS[0]}"}, timeout=30)  # fmt: skip
     assert no_purpose.status_code == 400 and "purpose" in no_purpose.json()["error"]["message"]
     assert gateway.openai().files.create(file=("x.txt", b"x"), purpose="user_data").object == "file"
+
+
+def test_anthropics_files_list_pages_newest_first(gateway):
+    """`client.beta.files.list()` pages by the `anthropic` SDK's `page` cursor (`next_page`), and
+    the documented `after_id` / `before_id` / `has_more` form answers too; `ids[]` picks files."""
+    client = gateway.anthropic()
+    uploaded = [client.beta.files.upload(file=(f"f{n}.txt", b"x" * (n + 1), "text/plain")).id for n in range(5)]
+    newest_first = uploaded[::-1]
+    gateway.anthropic(KEYS[1]).beta.files.upload(file=("theirs.txt", b"y", "text/plain"))
+    first = client.beta.files.list(limit=2)
+    assert [file.id for file in first.data] == newest_first[:2] and first.next_page
+    assert [file.id for file in first] == newest_first  # every page, by the SDK's own paging
+    assert [file.id for file in client.beta.files.list()] == newest_first  # 20 a page by default
+    raw = client.beta.files.with_raw_response.list(limit=2)
+    body = raw.http_response.json()
+    assert set(body) == {"data", "first_id", "last_id", "has_more", "next_page"}
+    for item in body["data"]:
+        known(BetaFileMetadata.model_validate_json(json.dumps(item), strict=True), item)
+    assert (body["first_id"], body["last_id"], body["has_more"]) == (*newest_first[:2], True)
+
+    def listed(**query: Any) -> dict[str, Any]:
+        answer = httpx.get(f"{gateway.url}/v1/files", params=query, timeout=30,
+                           headers={"x-api-key": KEYS[0], "anthropic-version": "2023-06-01"})  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    after = listed(after_id=newest_first[1], limit=2)
+    assert [f["id"] for f in after["data"]] == newest_first[2:4] and after["has_more"]
+    last = listed(after_id=newest_first[3], limit=2)
+    assert [f["id"] for f in last["data"]] == newest_first[4:] and not last["has_more"] and last["next_page"] is None
+    before = listed(before_id=newest_first[3], limit=2)
+    assert [f["id"] for f in before["data"]] == newest_first[1:3] and before["has_more"]
+    assert before["next_page"] is None  # going backwards, the next page is before `first_id`
+    picked = client.beta.files.list(ids=[uploaded[0], "file_unknown", uploaded[2]])
+    assert [file.id for file in picked.data] == [uploaded[0], uploaded[2]] and picked.next_page is None
+    with pytest.raises(anthropic.BadRequestError):
+        client.beta.files.list(limit=1001)
+    with pytest.raises(anthropic.BadRequestError):
+        client.beta.files.list(page="page_file_unknown")
+    # Another key's listing holds its own file only.
+    assert [file.filename for file in gateway.anthropic(KEYS[1]).beta.files.list()] == ["theirs.txt"]

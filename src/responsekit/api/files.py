@@ -23,6 +23,7 @@ from ..containers.service import Containers
 from ..files.blobs import PIECE
 from ..files.catalog import StoredFile
 from ..files.service import VectorStores
+from ..store import Page
 from .auth import Owner
 
 router = APIRouter()
@@ -125,13 +126,57 @@ async def list_files(
     owner: Owner,
     purpose: str | None = None,
     after: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
+    limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
     order: Literal["asc", "desc"] = "desc",
+    after_id: str | None = None,
+    before_id: str | None = None,
+    page: str | None = None,
 ) -> dict[str, Any]:
-    page = await service(request).catalog.list_files(owner, purpose, after, limit, order)
-    if page is None:
+    if anthropic(request):
+        return await _anthropic_list(request, owner, limit, after_id, before_id, page)
+    listed = await service(request).catalog.list_files(owner, purpose, after, limit or 10_000, order)
+    if listed is None:
         raise APIError(400, f"`after` names no file of yours: {after!r}.", param="after", code="invalid_value")
-    return page.body()
+    files, more = listed
+    return Page([file.body() for file in files], more).body()
+
+
+PAGE_PREFIX = "page_"
+
+
+async def _anthropic_list(request: Request, owner: str, limit: int | None, after_id: str | None,
+                          before_id: str | None, page: str | None) -> dict[str, Any]:  # fmt: skip
+    """Anthropic's `GET /v1/files`, newest first: a page after `after_id` (or the opaque `page`
+    cursor the `anthropic` SDK sends back from `next_page`) or before `before_id`, or the files
+    `ids[]` names (one page, unknown ids left out). The answer carries both pagination forms
+    Anthropic's clients read: `first_id`, `last_id` and `has_more`
+    (https://platform.claude.com/docs/en/api/python/beta/files/list), and `next_page`."""
+    ids = request.query_params.getlist("ids[]") or request.query_params.getlist("ids")
+    catalog = service(request).catalog
+    if ids:
+        if len(set(ids)) > 100:
+            raise APIError(400, "`ids` holds more than 100 ids.", param="ids", code="invalid_value")
+        found = [await catalog.get_file(owner, file_id) for file_id in dict.fromkeys(ids)]
+        files, more = [file for file in found if file is not None], False
+    else:
+        limit = 20 if limit is None else limit
+        if limit > 1000:
+            raise APIError(400, "`limit` must be from 1 to 1000.", param="limit", code="invalid_value")
+        if page is not None:
+            if not page.startswith(PAGE_PREFIX):
+                raise APIError(400, f"`page` is not a page cursor: {page!r}.", param="page", code="invalid_value")
+            after_id = page.removeprefix(PAGE_PREFIX)
+        listed = await catalog.list_files(owner, None, after_id, limit, "desc", before_id)
+        if listed is None:
+            cursor = "before_id" if before_id is not None and after_id is None else "after_id"
+            raise APIError(400, f"`{cursor}` names no file of yours: {after_id or before_id!r}.", param=cursor,
+                           code="invalid_value")  # fmt: skip
+        files, more = listed
+    data = [_stored(file) for file in files]
+    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+    forward = before_id is None or after_id is not None
+    return {"data": data, "first_id": first, "last_id": last, "has_more": more,
+            "next_page": f"{PAGE_PREFIX}{last}" if more and forward and last else None}  # fmt: skip
 
 
 @router.get("/files/{file_id}")

@@ -94,13 +94,15 @@ class Catalog:
         return [file_id for file_id in file_ids if file_id not in found]
 
     async def list_files(
-        self, owner: str, purpose: str | None, after: str | None, limit: int, order: Order
-    ) -> Page | None:
+        self, owner: str, purpose: str | None, after: str | None, limit: int, order: Order, before: str | None = None
+    ) -> tuple[list[StoredFile], bool] | None:
+        """A page of the owner's files, and whether more follow it (precede it, with `before`);
+        None for a cursor that names none of them."""
         where, args = "owner = ? AND (expires_at IS NULL OR expires_at > ?)", [owner, int(time.time())]
         if purpose is not None:
             where, args = where + " AND purpose = ?", [*args, purpose]
-        rows = await self._page("files", _FILE, where, args, after, limit, order)
-        return None if rows is None else Page([_file(row).body() for row in rows[:limit]], len(rows) > limit)
+        rows = await self._page("files", _FILE, where, args, after, limit, order, before)
+        return None if rows is None else ([_file(row) for row in rows[:limit]], len(rows) > limit)
 
     async def delete_file(self, owner: str, file_id: str) -> tuple[StoredFile, list[str]] | None:
         """Deletes the row (and, by cascade, its vector store files); returns it and the stores it was in."""
