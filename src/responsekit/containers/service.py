@@ -28,6 +28,7 @@ from ..canonical.errors import APIError
 from ..canonical.ids import new_id, storable
 from ..config import Settings
 from ..files.service import VectorStores
+from ..operations.periodic import every
 from ..store import Page
 from ..store.database import Database, Row
 from .bubblewrap import bubblewrap_runtime
@@ -183,7 +184,7 @@ class Containers:
         return cls(database, runtime, files, limits)
 
     async def start(self) -> None:
-        self._maintenance = asyncio.create_task(self._maintain())
+        self._maintenance = asyncio.create_task(every(MAINTENANCE_SECONDS, self.sweep, "expiring containers", at_once=True))
 
     async def close(self) -> None:
         if self._maintenance is not None:
@@ -586,16 +587,6 @@ class Containers:
             for container_id in old:
                 await db.execute("DELETE FROM container_files WHERE container_id = ?", container_id)
                 await db.execute("DELETE FROM containers WHERE id = ?", container_id)
-
-    async def _maintain(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("container maintenance failed; retrying")
-            await asyncio.sleep(MAINTENANCE_SECONDS)
 
     async def _sandboxed(self, call: Awaitable[T]) -> T:
         """A runtime call whose refusals are 400s: a path out of the workspace, no sandbox."""

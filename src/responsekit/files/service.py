@@ -9,7 +9,6 @@ best possible sum, so scores lie in [0, 1] and 1 means first in every ranking.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import suppress
@@ -19,6 +18,7 @@ from typing import Any
 from ..canonical.errors import APIError
 from ..canonical.ids import new_id
 from ..config import Settings
+from ..operations.periodic import every
 from ..store.database import Database
 from . import filters as attribute_filters
 from .blobs import Blobs, DirectoryBlobs, LargeObjectBlobs
@@ -26,8 +26,6 @@ from .catalog import Catalog, StoredFile, now_ms
 from .embeddings import Embedder, EmbeddingError, embedder_from_settings
 from .index import IndexMismatch, SearchIndex, open_index
 from .ingest import Ingestor, new_token
-
-log = logging.getLogger(__name__)
 
 RRF_K = 60
 RANKERS = ("auto", "default-2024-11-15", "none")
@@ -74,7 +72,7 @@ class VectorStores:
         return cls(Catalog(database), blobs, index, embedder_from_settings(settings))
 
     async def start(self) -> None:
-        self._maintenance = asyncio.create_task(self._maintain())
+        self._maintenance = asyncio.create_task(every(MAINTENANCE_SECONDS, self._maintain, "vector stores", at_once=True))
 
     async def close(self) -> None:
         if self._maintenance is not None:
@@ -87,16 +85,9 @@ class VectorStores:
 
     async def _maintain(self) -> None:
         """Resume ingestions whose process died; delete files past their `expires_at`."""
-        while True:
-            try:
-                await self.ingestor.resume_lapsed()
-                for owner, file_id in await self.catalog.expired_files(int(time.time())):
-                    await self.delete_file(owner, file_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("vector store maintenance failed; retrying")
-            await asyncio.sleep(MAINTENANCE_SECONDS)
+        await self.ingestor.resume_lapsed()
+        for owner, file_id in await self.catalog.expired_files(int(time.time())):
+            await self.delete_file(owner, file_id)
 
     # --- files ---------------------------------------------------------------------------
 

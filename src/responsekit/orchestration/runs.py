@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from ..canonical.events import Error
 from ..canonical.sse import dumps, sse_frame
+from ..operations.periodic import every
 from ..store import Store
 from .rendering import Renderer
 
@@ -138,8 +139,8 @@ class Runs:
         await self.store.on_cancel(self._cancel_asked)
         # Two loops, so that failing many dead runs never delays the renewal of live ones.
         self._maintenance = [
-            asyncio.create_task(_every(self.lease_seconds * RENEW_EVERY, self._renew, "renewing leases")),
-            asyncio.create_task(_every(self.lease_seconds * SWEEP_EVERY, self._expire_dead_runs, "failing dead runs")),
+            asyncio.create_task(every(self.lease_seconds * RENEW_EVERY, self._renew, "renewing leases")),
+            asyncio.create_task(every(self.lease_seconds * SWEEP_EVERY, self._expire_dead_runs, "failing dead runs")),
         ]
 
     def _cancel_asked(self, response_id: str | None) -> None:
@@ -284,17 +285,3 @@ class Runs:
             events = renderer.feed(Error("server_error", message, 500))
             await self.store.finish_response(renderer.response, [(e["sequence_number"], dumps(e)) for e in events])
 
-
-async def _every(interval: float, action: Callable[[], Coroutine[Any, Any, None]], doing: str) -> None:
-    """Call `action` every `interval` seconds until cancelled, on a fixed beat: a late timer or a
-    slow round does not push the next ones back (the lease arithmetic above counts on the
-    interval), and a round that outlasts the interval is followed at once by the next."""
-    loop = asyncio.get_running_loop()
-    beat = loop.time()
-    while True:
-        beat = max(beat + interval, loop.time())
-        await asyncio.sleep(beat - loop.time())
-        try:
-            await action()
-        except Exception:
-            log.exception("background maintenance (%s) failed; retrying", doing)
