@@ -58,6 +58,7 @@ def _run(database_url: str, root: Path, body: Any, limits: Limits = Limits()) ->
         finally:
             for container_id in made:
                 await containers.delete(OWNER, container_id)
+            await containers.close()
             await files.close()
             await store.close()
 

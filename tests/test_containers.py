@@ -365,6 +365,7 @@ def test_files_a_command_writes_come_back_as_the_assistants(gateway, database_ur
             assert caught.value.status == 404
             return written
         finally:
+            await containers.close()
             await files.close()
             await store.close()
 
@@ -414,6 +415,7 @@ def test_files_code_writes_come_back_as_the_assistants(gateway, database_url):
             assert caught.value.status == 404
             return written
         finally:
+            await containers.close()
             await files.close()
             await store.close()
 

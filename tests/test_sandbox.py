@@ -374,6 +374,43 @@ def test_removing_a_container_stops_its_kernel(runtime: Bubblewrap) -> None:
     asyncio.run(go())
 
 
+def test_closing_the_runtime_stops_kernels_and_frees_cgroups_but_keeps_workspaces(tmp_path: Path) -> None:
+    """At the gateway's shutdown: no process and no cgroup is left behind; the container's files
+    are, and a next runtime on the same folder runs in it again."""
+    try:
+        first = bubblewrap_runtime(tmp_path / "containers")
+    except SandboxUnavailable as error:
+        pytest.skip(f"no sandbox on this machine: {error}")
+    name = f"cntr_closed{os.getpid()}"
+
+    async def go() -> None:
+        await first.start(name, Limits(), Network())
+        await first.run_code(name, "open('/mnt/data/kept.txt', 'w').write('kept')")
+        group = first._containers[name].group
+        processes = group.pids()
+        assert processes
+        await first.close()
+        assert not any(folder.exists() for folder in group.folders)
+        assert not any(_running(pid) for pid in processes)
+        again = bubblewrap_runtime(tmp_path / "containers")
+        try:
+            done = await again.run(name, "cat kept.txt")
+            assert (done.exit_code, done.stdout) == (0, "kept")
+        finally:
+            await again.remove(name)
+
+    asyncio.run(go())
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs: a zombie (one of bwrap's forks, reparented to this machine's init,
+    which reaps when it will) does not."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 class _Echo(http.server.BaseHTTPRequestHandler):
     """Answers with the path and records each request's headers."""
 

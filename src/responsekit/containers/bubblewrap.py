@@ -453,6 +453,20 @@ class Bubblewrap:
     async def remove(self, container_id: str) -> None:
         await asyncio.to_thread(self._remove, container_id)
 
+    async def close(self) -> None:
+        """The kernels and proxies of the containers this process started stop, and their cgroups
+        go; the workspaces stay, and a next process starts them again on first use (`_get`)."""
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        containers, self._containers = list(self._containers.values()), {}
+        for container in containers:
+            if container.kernel is not None:
+                container.kernel.kill()
+            if container.proxy is not None:
+                container.proxy.close()
+            container.group.remove()
+
     def _remove(self, container_id: str) -> None:
         folder = self._folder(container_id)
         container = self._containers.pop(container_id, None)

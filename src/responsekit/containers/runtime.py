@@ -119,3 +119,7 @@ class Runtime(Protocol):
         self, container_id: str, code: str, *, timeout: float | None = None
     ) -> CodeRun:
         """Python in the container's one kernel, whose variables persist between calls."""
+
+    async def close(self) -> None:
+        """At the gateway's shutdown: let go of what this process holds for its containers. The
+        containers stay, for the next process to start again (`start`)."""

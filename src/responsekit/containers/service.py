@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -160,8 +160,6 @@ class Containers:
         self._started: set[str] = set()
         """Containers this process's runtime made ready; the sweep removes those no longer running."""
         self._maintenance: asyncio.Task[None] | None = None
-        self._release: Callable[[], Awaitable[None]] | None = None
-        """What lets the runtime's connections go at shutdown (a remote runtime's HTTP clients)."""
 
     @classmethod
     async def open(cls, settings: Settings, database: Database, files: VectorStores) -> Containers:
@@ -172,10 +170,7 @@ class Containers:
             return cls(database, None, files, limits, "the server's setting sandbox is off")
         try:
             if settings.sandbox_url:  # docs/code-execution.md, A remote sandbox
-                remote = remote_runtime(settings)
-                service = cls(database, remote, files, limits)
-                service._release = remote.close
-                return service
+                return cls(database, remote_runtime(settings), files, limits)
             # the probe starts a sandbox once (tens of milliseconds): off the event loop
             runtime = await asyncio.to_thread(bubblewrap_runtime, settings.data_dir / "containers")
         except SandboxUnavailable as exc:
@@ -191,8 +186,8 @@ class Containers:
             self._maintenance.cancel()
             with suppress(asyncio.CancelledError):
                 await self._maintenance
-        if self._release is not None:
-            await self._release()
+        if self.runtime is not None:
+            await self.runtime.close()
 
     # --- containers ----------------------------------------------------------------------
 
