@@ -14,6 +14,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 from anthropic.types import Message, MessageTokensCount, ModelInfo, RawMessageStreamEvent
 from anthropic.types.shared import ErrorResponse
@@ -619,6 +620,27 @@ def test_a_base_url_with_v1_and_anthropic_model_discovery(server):
             ModelInfo.model_validate(model)
     assert httpx.get(f"{server.url}/v1/models").json()["object"] == "list", "OpenAI's shape otherwise"
     assert [model.id for model in client(server.url).models.list()] == ["test-model"]
+
+
+def test_the_paths_the_protocols_share_answer_each_client_in_its_own_shapes(server):
+    """`/v1/models/{id}` and `/v1/files` serve OpenAI's, Anthropic's and Google's clients: each
+    gets its own object, and its own error envelope, which its SDK reads."""
+    ModelInfo.model_validate(client(server.url).models.retrieve("test-model").model_dump(), strict=True)
+    with pytest.raises(anthropic.NotFoundError) as unknown_model:
+        client(server.url).models.retrieve("no-such-model")
+    with pytest.raises(anthropic.NotFoundError) as unknown_file:
+        client(server.url).beta.files.retrieve_metadata("file_unknown")
+    with pytest.raises(anthropic.BadRequestError) as bad_limit:
+        client(server.url).beta.files.list(limit=5000)
+    for error, kind in ((unknown_model, "not_found_error"), (unknown_file, "not_found_error"),
+                        (bad_limit, "invalid_request_error")):  # fmt: skip
+        assert ErrorResponse.model_validate(error.value.body, strict=True).error.type == kind
+    with pytest.raises(openai.NotFoundError) as openai_unknown:
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="test", max_retries=0).models.retrieve("no-such-model")
+    assert isinstance(openai_unknown.value.body, dict)
+    assert openai_unknown.value.type == "invalid_request_error" and "no-such-model" in openai_unknown.value.message
+    google = httpx.get(f"{server.url}/v1/models/no-such-model", headers={"x-goog-api-key": "test"})
+    assert google.status_code == 404 and google.json()["error"]["status"] == "NOT_FOUND"
 
 
 def test_claude_model_names_resolve_through_aliases(upstream, database_url):

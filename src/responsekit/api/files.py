@@ -25,6 +25,7 @@ from ..files.catalog import StoredFile
 from ..files.service import VectorStores
 from ..store import Page
 from .auth import Owner
+from .http import asks_anthropic
 
 router = APIRouter()
 
@@ -35,11 +36,6 @@ MULTIPART_SLACK = 64 * 1024
 
 def service(request: Request) -> VectorStores:
     return request.app.state.vector_stores
-
-
-def anthropic(request: Request) -> bool:
-    """An Anthropic client, answered in Anthropic's shapes."""
-    return "anthropic-version" in request.headers
 
 
 def file_metadata(
@@ -74,7 +70,7 @@ async def upload(request: Request, owner: Owner) -> dict[str, Any]:
         if not isinstance(file, UploadFile):
             raise APIError(400, "Missing required parameter: 'file' (a multipart file part).", param="file",
                            code="missing_required_parameter")  # fmt: skip
-        if purpose is None and anthropic(request):  # Anthropic's upload has no purpose
+        if purpose is None and asks_anthropic(request):  # Anthropic's upload has no purpose
             purpose = "user_data"
         if not isinstance(purpose, str):
             raise APIError(400, "Missing required parameter: 'purpose'.", param="purpose",
@@ -93,7 +89,7 @@ async def upload(request: Request, owner: Owner) -> dict[str, Any]:
                                                                 form.get("expires_after[seconds]")))  # fmt: skip
     finally:
         await form.close()
-    return _stored(stored) if anthropic(request) else stored.body()
+    return _stored(stored) if asks_anthropic(request) else stored.body()
 
 
 async def _pieces(file: UploadFile) -> AsyncIterator[bytes]:
@@ -132,7 +128,7 @@ async def list_files(
     before_id: str | None = None,
     page: str | None = None,
 ) -> dict[str, Any]:
-    if anthropic(request):
+    if asks_anthropic(request):
         return await _anthropic_list(request, owner, limit, after_id, before_id, page)
     listed = await service(request).catalog.list_files(owner, purpose, after, limit or 10_000, order)
     if listed is None:
@@ -183,8 +179,8 @@ async def _anthropic_list(request: Request, owner: str, limit: int | None, after
 async def retrieve_file(request: Request, file_id: str, owner: Owner) -> dict[str, Any]:
     file = await service(request).catalog.get_file(owner, file_id)
     if file is not None:
-        return _stored(file) if anthropic(request) else file.body()
-    if anthropic(request):
+        return _stored(file) if asks_anthropic(request) else file.body()
+    if asks_anthropic(request):
         written = await containers(request).find_file(owner, file_id)
         if written is not None:
             return file_metadata(written.id, written.filename, written.bytes, written.created_ms)
@@ -195,7 +191,7 @@ async def retrieve_file(request: Request, file_id: str, owner: Owner) -> dict[st
 async def delete_file(request: Request, file_id: str, owner: Owner) -> dict[str, Any]:
     if not await service(request).delete_file(owner, file_id):
         raise not_found(file_id)
-    if anthropic(request):
+    if asks_anthropic(request):
         return {"id": file_id, "type": "file_deleted"}
     return {"id": file_id, "object": "file", "deleted": True}
 
@@ -204,7 +200,7 @@ async def delete_file(request: Request, file_id: str, owner: Owner) -> dict[str,
 async def file_content(request: Request, file_id: str, owner: Owner) -> Response:
     files = service(request)
     file = await files.catalog.get_file(owner, file_id)
-    if file is None and anthropic(request):  # a file code execution wrote
+    if file is None and asks_anthropic(request):  # a file code execution wrote
         written = await containers(request).find_file(owner, file_id)
         found = written and await containers(request).file_content(owner, written.container_id, written.id)
         if found:

@@ -111,18 +111,31 @@ ErrorBody = Callable[[int, str], dict[str, Any]]
 ErrorWords = Callable[[Error], str]
 """How a frontend words a refusal its clients act on by its text (a context overflow)."""
 
-_error_bodies: list[tuple[tuple[str, ...], ErrorBody, ErrorWords | None]] = []
+Client = Callable[[Request], bool]
+"""Whether a request comes from a protocol's client (by a header its SDKs send)."""
 
 
-def error_envelope(*prefixes: str, words: ErrorWords | None = None) -> Callable[[ErrorBody], ErrorBody]:
+def asks_anthropic(request: Request) -> bool:
+    """An Anthropic client (its SDKs and Claude Code send `anthropic-version` on every request),
+    answered in Anthropic's shapes on the paths OpenAI's clients ask too."""
+    return "anthropic-version" in request.headers
+
+_error_bodies: list[tuple[tuple[str, ...], ErrorBody, ErrorWords | None, Client | None]] = []
+
+
+def error_envelope(*prefixes: str, words: ErrorWords | None = None,
+                   sent_by: Client | None = None) -> Callable[[ErrorBody], ErrorBody]:  # fmt: skip
     """Errors on paths under `prefixes` (before a stream starts: bad bodies, keys, unknown
     models, 404s) are rendered by the decorated function instead of OpenAI's envelope
     (the Messages API answers in Anthropic's, the Gemini API in Google's). A prefix ending in
     `/` covers the paths below it, not the path without it. `words` words a prompt the pipeline
-    counted past the window (`ContextOverflow`) as the frontend words an engine's refusal."""
+    counted past the window (`ContextOverflow`) as the frontend words an engine's refusal.
+    `sent_by` keeps the envelope to its protocol's clients, on the paths the protocols share
+    (`/v1/models`, `/v1/files`); those envelopes are tried first."""
 
     def register(body: ErrorBody) -> ErrorBody:
-        _error_bodies.append((prefixes, body, words))
+        entry = (prefixes, body, words, sent_by)
+        _error_bodies.insert(len(_error_bodies) if sent_by is None else 0, entry)
         return body
 
     return register
@@ -131,8 +144,9 @@ def error_envelope(*prefixes: str, words: ErrorWords | None = None) -> Callable[
 def _error_response(request: Request, status: int, body: dict[str, Any], headers: Any = None,
                     refusal: Error | None = None) -> JSONResponse:  # fmt: skip
     path = request.url.path
-    for prefixes, render, words in _error_bodies:
-        if any(path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/") for prefix in prefixes):
+    for prefixes, render, words, sent_by in _error_bodies:
+        if any(path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/") for prefix in prefixes) \
+                and (sent_by is None or sent_by(request)):
             body = render(status, words(refusal) if refusal is not None and words is not None else body["error"]["message"])
             break
     return JSONResponse(body, status_code=status, headers=headers)

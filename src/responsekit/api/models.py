@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 
 from .auth import Owner
 from .gemini.models import asks_google, model_page
+from .http import asks_anthropic
 
 api = APIRouter()
 health = APIRouter()
@@ -25,18 +26,23 @@ async def list_models(request: Request, owner: Owner) -> dict[str, Any]:
     key = getattr(request.state, "api_key", None)
     if key is not None and key.models is not None:  # a key limited to some models sees those only
         models = [model for model in models if key.allows(model["id"])]
-    if "anthropic-version" in request.headers:
+    if asks_anthropic(request):
         return anthropic_models(models)
     return {"object": "list", "data": models}
 
 
+def anthropic_model(model: dict[str, Any]) -> dict[str, Any]:
+    """Anthropic's `ModelInfo` of a served model (dates unknown: the epoch, as its API allows),
+    with its window as `max_input_tokens` and its largest answer as `max_tokens` (null when
+    unknown)."""
+    return {"type": "model", "id": model["id"], "display_name": model["id"], "created_at": "1970-01-01T00:00:00Z",
+            "lifecycle": "active", "max_input_tokens": model["context_window"],
+            "max_tokens": model["max_output_tokens"]}  # fmt: skip
+
+
 def anthropic_models(models: list[dict[str, Any]]) -> dict[str, Any]:
-    """Anthropic's `ModelInfo` page of the served models (dates unknown: the epoch, as its API
-    allows), with each model's window as `max_input_tokens` and its largest answer as `max_tokens`
-    (null when unknown)."""
-    data = [{"type": "model", "id": model["id"], "display_name": model["id"], "created_at": "1970-01-01T00:00:00Z",
-             "lifecycle": "active", "max_input_tokens": model["context_window"],
-             "max_tokens": model["max_output_tokens"]} for model in models]  # fmt: skip
+    """Anthropic's page of the served models, all on one page."""
+    data = [anthropic_model(model) for model in models]
     return {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
             "last_id": data[-1]["id"] if data else None}  # fmt: skip
 

@@ -23,7 +23,8 @@ from ...canonical.sse import json_bytes, sse_data
 from ...orchestration.rendering import drain, rendered
 from ..auth import Owner, allow_model, authorize
 from ..callers import caller
-from ..http import JSONResponse, error_envelope, read_body
+from ..http import JSONResponse, asks_anthropic, error_envelope, read_body
+from ..models import anthropic_model
 from ..routing import PlainRoute, json_body
 from ..streaming import SSE_HEADERS, EventStreamResponse, event_stream, unless_disconnected
 from .models import asks_google, model_page, one_model, served
@@ -44,7 +45,14 @@ ESTIMATED_HEADER = "x-responsekit-estimated"
 """Set on a `:countTokens` answer the engine could not count exactly (Google's body has no place for it)."""
 
 
-@error_envelope("/v1beta", "/v1alpha", "/v1/v1beta", "/v1/models/", "/v1/v1/models/", words=error_message)
+def _google_client(request: Request) -> bool:
+    """Google's clients on the models API's `/v1` paths, which OpenAI's and Anthropic's ask too;
+    a POST there is one of Google's `:generateContent` methods."""
+    return request.method == "POST" or asks_google(request)
+
+
+@error_envelope("/v1beta", "/v1alpha", "/v1/v1beta", words=error_message)
+@error_envelope("/v1/models", "/v1/v1/models", words=error_message, sent_by=_google_client)
 def _google_error(status: int, message: str) -> dict[str, Any]:
     return google_error(status, message)
 
@@ -131,12 +139,14 @@ async def get_model(request: Request, model: str, owner: Owner) -> dict[str, Any
 
 async def get_model_v1(request: Request, model: str, owner: Owner) -> dict[str, Any]:
     """`GET /v1/models/{model}`: a Gemini `Model` for Google's clients (`api_version="v1"`),
-    OpenAI's model object for the others."""
+    Anthropic's `ModelInfo` for Anthropic's, OpenAI's model object for the others."""
     if asks_google(request):
         return await one_model(request, model)
     allow_model(request, model)
     entry = next((entry for entry in served(request) if entry["id"] == model), None)
-    return entry if entry is not None else await request.app.state.router.entry(model)
+    if entry is None:
+        entry = await request.app.state.router.entry(model)
+    return anthropic_model(entry) if asks_anthropic(request) else entry
 
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]

@@ -19,7 +19,7 @@ from ...canonical.sse import sse_event
 from ...orchestration.rendering import drain, rendered
 from ..auth import allow_model, authorize
 from ..callers import caller
-from ..http import JSONResponse, error_envelope, read_body
+from ..http import JSONResponse, asks_anthropic, error_envelope, read_body
 from ..models import list_models
 from ..routing import PlainRoute, json_body, plain_post
 from ..streaming import event_stream, unless_disconnected
@@ -39,6 +39,7 @@ CLAMPED_HEADER = "x-responsekit-max-tokens-clamped"
 
 
 @error_envelope("/v1/messages", "/messages", "/v1/v1/messages", words=error_message)
+@error_envelope("/v1/models", "/models", "/v1/v1/models", "/v1/files", "/files", sent_by=asks_anthropic)
 def _anthropic_error(status: int, message: str) -> dict[str, Any]:
     return anthropic_error(status, message)
 
