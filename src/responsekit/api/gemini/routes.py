@@ -47,8 +47,8 @@ ESTIMATED_HEADER = "x-responsekit-estimated"
 
 def _google_client(request: Request) -> bool:
     """Google's clients on the models API's `/v1` paths, which OpenAI's and Anthropic's ask too;
-    a POST there is one of Google's `:generateContent` methods."""
-    return request.method == "POST" or asks_google(request)
+    a POST below `/v1/models/` is one of Google's `:generateContent` methods."""
+    return asks_google(request) or (request.method == "POST" and "/models/" in request.url.path)
 
 
 @error_envelope("/v1beta", "/v1alpha", "/v1/v1beta", words=error_message)
