@@ -16,7 +16,7 @@ import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -138,6 +138,13 @@ def _environment() -> SandboxedEnvironment:
 _ENV = _environment()
 
 
+@lru_cache(maxsize=128)
+def _compile(source: str) -> jinja2.Template:
+    """One compiled template per source, whatever reads it (a model's template, the parsers and
+    grammars derived from it): a long one takes Jinja a tenth of a second to compile."""
+    return _ENV.from_string(source)
+
+
 @dataclass
 class ChatTemplate:
     """A model's chat template with the special tokens it refers to."""
@@ -155,7 +162,7 @@ class ChatTemplate:
     def _template(self) -> jinja2.Template:
         if self._compiled is None:
             try:
-                self._compiled = _ENV.from_string(self.source)
+                self._compiled = _compile(self.source)
             except jinja2.TemplateSyntaxError as exc:
                 raise TemplateError(f"the chat template does not parse: {exc}") from None
         return self._compiled
