@@ -120,6 +120,7 @@ def asks_anthropic(request: Request) -> bool:
     answered in Anthropic's shapes on the paths OpenAI's clients ask too."""
     return "anthropic-version" in request.headers
 
+
 _error_bodies: list[tuple[tuple[str, ...], ErrorBody, ErrorWords | None, Client | None]] = []
 
 
@@ -143,13 +144,15 @@ def error_envelope(*prefixes: str, words: ErrorWords | None = None,
 
 def _error_response(request: Request, status: int, body: dict[str, Any], headers: Any = None,
                     refusal: Error | None = None) -> JSONResponse:  # fmt: skip
-    path = request.url.path
     for prefixes, render, words, sent_by in _error_bodies:
-        if any(path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/") for prefix in prefixes) \
-                and (sent_by is None or sent_by(request)):
+        if _covers(prefixes, request.url.path) and (sent_by is None or sent_by(request)):
             body = render(status, words(refusal) if refusal is not None and words is not None else body["error"]["message"])
             break
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _covers(prefixes: tuple[str, ...], path: str) -> bool:
+    return any(path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/") for prefix in prefixes)
 
 
 def install_error_handlers(app: FastAPI) -> None:
