@@ -168,3 +168,12 @@ def test_missing_arguments_become_an_empty_object() -> None:
     reader, events = reader_events('{"name": "now"}')
     assert reader.done
     assert "".join(e.arguments for e in events if isinstance(e, ToolCallDelta)) == "{}"
+
+
+def test_a_name_repeated_after_the_call_started_is_ignored() -> None:
+    """The call was emitted at the first name; a second one starts no second call (it used to
+    leave the first without arguments)."""
+    reader, events = reader_events('{"name": "f", "name": "g", "arguments": {"n": 1}}')
+    assert reader.done
+    folded = fold([*events, ToolCallEnd(0)])
+    assert [(c.name, c.arguments) for c in folded.calls] == [("f", '{"n": 1}')]

@@ -509,7 +509,7 @@ class JsonCallReader:
                 self._key = JsonValueStreamer()
                 self._role = (
                     "name"
-                    if key in self._name_keys
+                    if key in self._name_keys and not self.started  # a repeated name is ignored
                     else "args"
                     if key in self._args_keys
                     else "id"
