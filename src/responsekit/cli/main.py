@@ -16,7 +16,6 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 
-from ..app import create_app
 from ..config import load_settings, parse_pairs, parse_upstream
 from ..operations import logs
 from ..orchestration.sealing import rotate_keys
@@ -159,6 +158,10 @@ def serve(
     except (ValidationError, ValueError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from None
     logs.configure(settings.log_level, settings.log_format)
+    # Imported here: the app's modules (FastAPI, the SDKs' types, MCP) take 2 s of CPU to import,
+    # which `connect`, `keys` and the other commands do not need.
+    from ..app import create_app
+
     application = create_app(settings)
     # What is loaded by now (modules, classes, the app: ~130k objects) stays for the process's
     # life: left out of garbage collection. Under load, requests in flight push the collector
