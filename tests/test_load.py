@@ -67,20 +67,26 @@ async def _one(client: httpx.AsyncClient, number: int) -> str | None:
 
 
 async def _load(base: str, first: int, count: int) -> list[str]:
+    """`count` requests from `CONCURRENCY` clients, each on one keep-alive connection of its own.
+
+    One client per connection, not one pool of them: httpcore's pool checks every one of its
+    connections for each request it sends (`has_expired`, through anyio's socket attributes), so
+    a pool of 100 took twice the server's CPU and the clients, not the server, set the pace.
+    """
     # uvicorn closes a connection idle for 5 s, httpx reuses one idle for up to 5 s: with equal
     # bounds a request can be sent on a connection the server is closing. Clients must expire
     # idle connections sooner than the server does.
-    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY, keepalive_expiry=2)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
-        queue = iter(range(first, first + count))
-        errors: list[str] = []
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=2)
+    queue = iter(range(first, first + count))
+    errors: list[str] = []
 
-        async def worker() -> None:
+    async def worker() -> None:
+        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
             for number in queue:
                 if (error := await _one(client, number)) is not None:
                     errors.append(error)
 
-        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     return errors
 
 
