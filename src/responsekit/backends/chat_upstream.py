@@ -48,6 +48,7 @@ from ..config import EngineKind, ReasoningMode, UpstreamConfig
 from ..operations.record import Recorder, Recording
 from ..parsing import Parser, ReasoningFilter, detect_format, get_parser
 from ..prompting.effort import DEFAULT_LEVELS, accepted, budget
+from ..tls import client_context
 from . import windows
 from .engine_http import Answer, engine_http
 
@@ -216,7 +217,10 @@ class ChatUpstream:
         self._engine = engine_http(config.base_url, headers, config.timeout, config.connect_timeout)
         """Generations: the hot path."""
         self._client = httpx.AsyncClient(
-            base_url=config.base_url, headers=headers, timeout=httpx.Timeout(config.timeout, connect=config.connect_timeout)
+            base_url=config.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(config.timeout, connect=config.connect_timeout),
+            verify=client_context(),
         )
         """Everything else (models, token counts, templates)."""
 

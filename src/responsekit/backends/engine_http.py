@@ -26,6 +26,7 @@ import httptools
 import httpx
 
 from ..operations import tracing
+from ..tls import client_context
 
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection to an engine is kept: less than the 5 s after which uvicorn
@@ -444,7 +445,8 @@ class HttpxEngine:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IDLE,
                               keepalive_expiry=KEEPALIVE_EXPIRY)  # fmt: skip
         self._client = httpx.AsyncClient(base_url=base_url, headers={**headers, "Content-Type": "application/json"},
-                                         timeout=httpx.Timeout(timeout, connect=connect_timeout), limits=limits)  # fmt: skip
+                                         timeout=httpx.Timeout(timeout, connect=connect_timeout), limits=limits,
+                                         verify=client_context())  # fmt: skip
 
     @asynccontextmanager
     async def post(self, path: str, body: bytes) -> AsyncIterator[_HttpxAnswer]:

@@ -16,6 +16,7 @@ from ..canonical.errors import APIError
 from ..config import LocalModel, Settings, UpstreamConfig
 from ..operations.logs import note_model
 from ..operations.record import Recorder
+from ..tls import client_context
 from . import Backend, default_model
 from .chat_upstream import ChatUpstream
 from .completions import CompletionsUpstream
@@ -205,7 +206,7 @@ class ModelRouter:
 
         async def answers(url: str) -> bool:
             try:
-                async with httpx.AsyncClient(timeout=1.0) as client:
+                async with httpx.AsyncClient(timeout=1.0, verify=client_context()) as client:
                     return (await client.get(f"{url}/models")).status_code == 200
             except httpx.HTTPError:
                 return False

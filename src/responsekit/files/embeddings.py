@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 
 from ..config import Settings
+from ..tls import client_context
 
 BATCH = 64
 LOCAL_MODEL = "all-MiniLM-L6-v2"
@@ -79,7 +80,8 @@ class RemoteEmbedder:
         self.name = f"{model}@{base_url.rstrip('/')}"
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=120)
+        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=120,
+                                         verify=client_context())
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         rows: list[list[float]] = []

@@ -22,6 +22,7 @@ from ..canonical.conversation import FunctionTool
 from ..canonical.ids import new_id
 from ..canonical.toolset import ToolOrigin
 from ..operations import tracing
+from ..tls import client_context
 from . import ServerTools, ToolOutcome
 from .outbound import UrlPolicy
 
@@ -56,8 +57,8 @@ class McpServer:
     def client(self) -> Client:
         if self.url.rstrip("/").endswith("/sse"):
             return Client(sse_client(self.url, headers=self.headers, timeout=TIMEOUT))
-        return Client(streamable_http_client(self.url, http_client=httpx2.AsyncClient(headers=self.headers,
-                                                                                       timeout=TIMEOUT)))  # fmt: skip
+        http = httpx2.AsyncClient(headers=self.headers, timeout=TIMEOUT, verify=client_context())
+        return Client(streamable_http_client(self.url, http_client=http))
 
     async def listing(self) -> dict[str, Any]:
         """A fresh `mcp_list_tools` item (with `error` set when the server could not be listed)."""

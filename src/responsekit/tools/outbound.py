@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..canonical.errors import APIError
+from ..tls import client_context
 
 
 class UrlPolicy:
@@ -85,7 +86,7 @@ class UrlPolicy:
     async def fetch(self, url: str, limit: int, timeout: float = 30.0) -> bytes:
         """The body at `url`, each hop of its redirects checked by this policy; `FetchError` when it
         is refused, fails, or holds more than `limit` bytes."""
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=client_context()) as client:
             try:
                 async with self.opened(client, url, MAX_REDIRECTS) as answer:
                     if answer.status_code != 200:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from ...tls import client_context
 from ..outbound import FetchError as Refused
 from ..outbound import TooLarge, UrlPolicy, body_within
 
@@ -49,7 +50,7 @@ class PageFetcher:
     def __init__(self, urls: UrlPolicy, max_bytes: int = MAX_BYTES) -> None:
         self.urls = urls
         self.max_bytes = max_bytes
-        self.client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False,
+        self.client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, verify=client_context(),
                                         headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/pdf,text/plain;q=0.9,*/*;q=0.1"})  # fmt: skip
 
     async def fetch(self, url: str) -> Page:

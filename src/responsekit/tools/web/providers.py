@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ...tls import client_context
+
 log = logging.getLogger(__name__)
 
 ProviderName = Literal["searxng", "brave", "tavily", "exa"]
@@ -63,7 +65,7 @@ class Provider:
     name: ProviderName
     base_url: str
     api_key: str | None = None
-    client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=TIMEOUT))
+    client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=TIMEOUT, verify=client_context()))
 
     async def search(self, query: Query) -> list[Hit]:
         request = self._request(query)
