@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import cache
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from . import __version__
@@ -56,6 +58,40 @@ class Gateway(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         return RequestIds(super().build_middleware_stack(), self.state.metrics)
+
+
+@cache
+def _routes(*, metrics: bool) -> tuple[BaseRoute, ...]:
+    """Every route, in the order they are tried: made once per process and shared by its apps.
+
+    FastAPI (0.165) works out the routes of an included router (each parameter's and body's
+    validator, through pydantic) at the first request that reaches them, once for each router
+    that includes it: 0.15 s of CPU for every app made. What it works out holds nothing of an app
+    (these routers are included into a router of their own, not into one), so the apps of one
+    process (the test suite makes one for each test) share it.
+    """
+    routes = APIRouter(default_response_class=JSONResponse)
+    # Routers are tried in order, each route's pattern in turn: the generation routes come early
+    # (/v1/messages after the files APIs cost a tenth of a request's CPU). The messages
+    # router comes after the models API, whose `/v1/models` answers before its doubled-/v1 one.
+    for frontend in (responses.router, websocket.router, conversations.router, chat.router, models.api,
+                     messages.router, files_api.router, vector_stores_api.router, containers_api.router):
+        routes.include_router(frontend, prefix="/v1")
+        # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
+        routes.include_router(frontend, include_in_schema=False)
+    routes.include_router(gemini.router)  # Google's Gemini API, under /v1beta (and /v1, /v1alpha) itself
+    routes.include_router(models.health)
+    routes.include_router(front.router)  # `/`: what runs here, how to connect
+    routes.include_router(reference.router)  # `/docs`
+    routes.mount(reference.ASSETS, reference.assets)
+    routes.include_router(admin_api.router)
+    routes.include_router(admin_api.usage_router)
+    if metrics:
+        routes.include_router(metrics_api.router)
+    routes.include_router(ui.router)  # the inspector, last: no generation route tries it first
+    routes.include_router(playground.router)  # a chat page on the inspector's session
+    routes.mount("/ui/static", ui.static)
+    return tuple(routes.routes)
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -145,26 +181,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.recorder = recorder
     keys = app.state.keys = Keys(frozenset(key_hash(key) for key in settings.api_keys),
                                  frozenset(key_hash(key) for key in settings.admin_api_keys))
-    # Routers are tried in order, each route's pattern in turn: the generation routes come early
-    # (/v1/messages after the files APIs cost a tenth of a request's CPU). The messages
-    # router comes after the models API, whose `/v1/models` answers before its doubled-/v1 one.
-    for frontend in (responses.router, websocket.router, conversations.router, chat.router, models.api,
-                     messages.router, files_api.router, vector_stores_api.router, containers_api.router):
-        app.include_router(frontend, prefix="/v1")
-        # Also without /v1, for clients whose base URL omits it (llama.cpp's own tests do).
-        app.include_router(frontend, include_in_schema=False)
-    app.include_router(gemini.router)  # Google's Gemini API, under /v1beta (and /v1, /v1alpha) itself
-    app.include_router(models.health)
-    app.include_router(front.router)  # `/`: what runs here, how to connect
-    app.include_router(reference.router)  # `/docs`
-    app.mount(reference.ASSETS, reference.assets)
-    app.include_router(admin_api.router)
-    app.include_router(admin_api.usage_router)
-    if metrics is not None:
-        app.include_router(metrics_api.router)
-    app.include_router(ui.router)  # the inspector, last: no generation route tries it first
-    app.include_router(playground.router)  # a chat page on the inspector's session
-    app.mount("/ui/static", ui.static)
+    app.router.routes.extend(_routes(metrics=metrics is not None))
     app.router.middleware_stack = RouteMemo(app.router)
     app.add_exception_handler(ui.Shown, ui.shown)  # the inspector's page instead of the one asked for
     install_error_handlers(app)
