@@ -67,7 +67,7 @@ def _routes(*, metrics: bool) -> tuple[BaseRoute, ...]:
     FastAPI (0.165) works out the routes of an included router (each parameter's and body's
     validator, through pydantic) at the first request that reaches them, once for each router
     that includes it: 0.15 s of CPU for every app made. What it works out holds nothing of an app
-    (these routers are included into a router of their own, not into one), so the apps of one
+    (these routers are included into a router of their own, not into an app), so the apps of one
     process (the test suite makes one for each test) share it.
     """
     routes = APIRouter(default_response_class=JSONResponse)
