@@ -48,8 +48,10 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	touch $@
 
 # $(call debian,PROGRAM,PACKAGE,FOR): Debian's PACKAGE, installed when PROGRAM is missing and
-# apt-get can run (as root); FOR says what needs it.
-debian = @if ! command -v $(1) >/dev/null && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+# apt-get can run (as root); FOR says what needs it. PROGRAM is also looked for in the sbin
+# folders, where Debian puts HAProxy and which a user's PATH may not list.
+debian = @if ! PATH="$$PATH:/usr/sbin:/sbin" command -v $(1) >/dev/null && command -v apt-get >/dev/null \
+		&& [ "$$(id -u)" = 0 ]; then \
 		echo "Installing Debian's $(2) for $(3)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; \
 	fi

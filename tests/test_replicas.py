@@ -29,7 +29,8 @@ import pytest
 from .conftest import DATABASES
 from .harness import free_port, read_sse, slow_exchange, start_cli, wait_for
 
-HAPROXY = shutil.which("haproxy")
+HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/sbin")
+"""Debian installs HAProxy in /usr/sbin, which a user's PATH may not list."""
 LEASE = 3.0
 OBSERVING = 0.1
 """How much later than the run's failure the test may see it: it reads the store every 10 ms on
