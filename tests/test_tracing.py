@@ -222,6 +222,8 @@ class GrpcReceiver(TraceServiceServicer):
                           for span in scope.spans)  # fmt: skip
         return ExportTraceServiceResponse()
 
+    named = Receiver.named
+
 
 def test_otlp_over_grpc(upstream):
     receiver = GrpcReceiver()
@@ -236,9 +238,11 @@ def test_otlp_over_grpc(upstream):
         try:
             upstream.push(text_exchange("Hello!"))
             assert httpx.post(f"{url}/v1/responses", json={"model": "test-model", "input": "hi"}).status_code == 200
-            engine = wait_for(lambda: [span for span in receiver.spans if span.name == "chat test-model"])[0]
-            http = next(span for span in receiver.spans if span.name == "POST /v1/responses")
-            orchestration = next(span for span in receiver.spans if span.name == "invoke_agent responsekit")
+            # Each span is waited for: the server's own ends after the answer is sent, and can come
+            # in a later batch than the engine's.
+            engine = wait_for(lambda: receiver.named("chat test-model"))[0]
+            http = wait_for(lambda: receiver.named("POST /v1/responses"))[0]
+            orchestration = wait_for(lambda: receiver.named("invoke_agent responsekit"))[0]
             assert engine.parent_span_id == orchestration.span_id and orchestration.parent_span_id == http.span_id
         finally:
             process.terminate()
